@@ -1,0 +1,66 @@
+"""`trtspec build`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from trtspec.cli.options import config_option, json_option
+
+
+@click.command()
+@config_option
+@click.option("--out-engines", default="engines", show_default=True, envvar="TRTSPEC_ENGINES",
+              type=click.Path(file_okay=False), help="Where engines/<name>/ are written.")
+@click.option("--out-repo", default="model_repository", show_default=True, envvar="TRTSPEC_MODEL_REPOSITORY",
+              type=click.Path(file_okay=False), help="Where model_repository/<name>/ is written.")
+@click.option("--runtime", type=click.Choice(["torch", "trtllm-engine", "trtllm-llmapi"]),
+              help="Override runtime.kind of the spec.")
+@click.option("--dry-run", is_flag=True, help="Print the build plan (trtllm-build command lines); run nothing.")
+@click.option("--force", is_flag=True, help="Rebuild even if the lock manifest says nothing changed.")
+@click.option("--trtllm-build", "trtllm_build", envvar="TRTSPEC_TRTLLM_BUILD",
+              help="Command that runs trtllm-build (e.g. a path, or 'docker run ... trtllm-build').")
+@json_option
+def build(config, out_engines, out_repo, runtime, dry_run, force, trtllm_build, as_json) -> None:
+    """Validate the spec and model pair, write engines/<name>/ with a lock manifest, and emit
+    the Triton model repository model_repository/<name>/.
+
+    Writes are atomic: a failed build leaves the previous outputs untouched. An unchanged
+    input re-build does nothing and says so.
+    """
+    from trtspec.build import BuildOptions
+    from trtspec.build import build as run_build
+    from trtspec.spec import load_spec, spec_from_dict
+
+    spec = load_spec(config)
+    if runtime and runtime != spec.runtime.kind:
+        data = spec.to_dict()
+        data["runtime"]["kind"] = runtime
+        if runtime != "torch":
+            data["runtime"]["device"] = "cuda"
+            if data["gpu"]["type"] == "cpu":
+                data["gpu"]["type"] = "h100"
+        spec = spec_from_dict(data, source=spec.source)
+    options = BuildOptions(out_engines=Path(out_engines), out_repo=Path(out_repo), dry_run=dry_run, force=force,
+                           trtllm_build=trtllm_build, progress=not as_json)
+    result = run_build(spec, options)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    if result.dry_run:
+        for step in result.plan:
+            click.echo(f"# {step.get('role', '')}")
+            click.echo(step.get("shell", " ".join(step.get("argv", []))))
+        return
+    verb = "rebuilt " + ", ".join(result.rebuilt) if result.rebuilt else "nothing to rebuild (lock unchanged)"
+    click.echo(f"{verb} in {result.seconds:.2f}s")
+    for role, path in result.engines.items():
+        click.echo(f"  engine {role:<8} {path}")
+    if result.repository:
+        click.echo(f"  repository      {result.repository}")
+
+
+def register(main: click.Group) -> None:
+    main.add_command(build)

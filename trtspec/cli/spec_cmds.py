@@ -1,0 +1,61 @@
+"""`trtspec init` and `trtspec check`."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import click
+
+from trtspec.cli.options import config_option, json_option
+from trtspec.errors import SpecError
+from trtspec.spec import load_spec
+
+
+@click.command()
+@click.argument("path", default="trtspec.toml", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+def init(path: str, force: bool) -> None:
+    """Write a commented example spec to PATH (default ./trtspec.toml)."""
+    target = Path(path)
+    if target.exists() and not force:
+        raise SpecError(f"{target} already exists", hint="pass --force to overwrite it")
+    text = resources.files("trtspec").joinpath("spec_template.toml").read_text(encoding="utf-8")
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(target)
+    click.echo(f"wrote {target}; edit it, then run `trtspec check -c {target}`")
+
+
+@click.command()
+@config_option
+@json_option
+@click.option("--no-models", is_flag=True, help="Validate the spec only; do not open the checkpoints.")
+def check(config: str, as_json: bool, no_models: bool) -> None:
+    """Validate the spec and (unless --no-models) the model pair.
+
+    Exits non-zero with every problem listed, one per line, each naming the key and the fix.
+    """
+    from trtspec.check import run_check
+
+    try:
+        report = run_check(load_spec(config), models=not no_models)
+    except SpecError as exc:
+        if as_json:
+            click.echo(json.dumps({"ok": False, "problems": exc.problems or [exc.message]}, indent=2))
+            raise SystemExit(exc.exit_code)
+        raise
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        for line in report.lines():
+            click.echo(line)
+    if not report.ok:
+        raise SpecError(report.problems[0], hint="fix the keys named above, then re-run `trtspec check`",
+                        problems=report.problems)
+
+
+def register(main: click.Group) -> None:
+    main.add_command(init)
+    main.add_command(check)

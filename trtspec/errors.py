@@ -1,0 +1,94 @@
+"""One exception type per failure class. The CLI catches TrtspecError once and prints
+`error: <message>` / `hint: <hint>`, exiting with the class's exit code."""
+
+from __future__ import annotations
+
+
+class TrtspecError(Exception):
+    """Base of every error trtspec reports to a user (never a bug)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.message
+
+
+class SpecError(TrtspecError):
+    """The deployment spec is missing, malformed or inconsistent (exit 2)."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, hint: str | None = None, problems: list | None = None):
+        super().__init__(message, hint)
+        self.problems = list(problems or [])
+
+
+class PairError(TrtspecError):
+    """Target and drafter do not fit together (tokenizer, vocab, lengths) (exit 3)."""
+
+    exit_code = 3
+
+
+class ModelError(TrtspecError):
+    """A checkpoint cannot be read or is of an unsupported architecture (exit 3)."""
+
+    exit_code = 3
+
+
+class ConvertError(TrtspecError):
+    """HF -> TensorRT-LLM checkpoint conversion failed (exit 4)."""
+
+    exit_code = 4
+
+
+class BuildError(TrtspecError):
+    """Building engines or the model repository failed (exit 4)."""
+
+    exit_code = 4
+
+
+class RepositoryError(TrtspecError):
+    """A Triton model repository cannot be emitted or read (exit 4)."""
+
+    exit_code = 4
+
+
+class ServeError(TrtspecError):
+    """The local Triton server could not be started, reached or stopped (exit 5)."""
+
+    exit_code = 5
+
+
+class DeployError(TrtspecError):
+    """Deploying to a running Triton server failed (exit 5)."""
+
+    exit_code = 5
+
+
+class ClientError(TrtspecError):
+    """A request to a Triton server failed: connection, timeout or server error (exit 6)."""
+
+    exit_code = 6
+
+
+class GenerationError(TrtspecError):
+    """A generation request is invalid for the engine (empty prompt, limits) (exit 6)."""
+
+    exit_code = 6
+
+
+EXIT_CODES = {
+    0: "success",
+    1: "unexpected trtspec error",
+    2: "invalid deployment spec (SpecError)",
+    3: "model or model pair problem (ModelError, PairError)",
+    4: "conversion, build or repository failure (ConvertError, BuildError, RepositoryError)",
+    5: "server start/stop or deploy failure (ServeError, DeployError)",
+    6: "request failure (ClientError, GenerationError)",
+    130: "interrupted (Ctrl-C)",
+}

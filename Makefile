@@ -1,0 +1,32 @@
+# The README's two commands: `make demo` (set up + run the main job) and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.trtspec-installed
+
+.PHONY: install demo test test-all bench lint clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch 2.13.0 is a local CPU wheel on our machines; any other version downloads GBs.
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[test,plot]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	@bash examples/demo/run.sh
+
+test: install
+	$(BIN)/python -m pytest -q -ra
+
+test-all: install
+	$(BIN)/python -m pytest -q -ra -m ""
+
+bench: install
+	$(BIN)/python bench/bench_local.py
+
+clean:
+	rm -rf engines/demo-* model_repository/demo-* .trtspec

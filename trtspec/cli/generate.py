@@ -1,0 +1,142 @@
+"""`trtspec generate`: in-process (--local) or from a Triton server (--url) over gRPC."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from trtspec.cli.options import config_option, json_option
+from trtspec.errors import GenerationError
+
+
+def _read_prompt(prompt: str) -> str:
+    text = sys.stdin.read() if prompt == "-" else prompt
+    if not text.strip():
+        raise GenerationError("the prompt is empty", hint="pass --prompt TEXT, or pipe text in with --prompt -")
+    return text
+
+
+def _stats_line(d: dict) -> str:
+    parts = [f"{d.get('new_tokens', 0)} tokens in {d.get('seconds', 0):.2f}s"]
+    if d.get("seconds"):
+        parts.append(f"{d['new_tokens'] / d['seconds']:.1f} tok/s")
+    if d.get("ttft_seconds") is not None:
+        parts.append(f"TTFT {d['ttft_seconds'] * 1000:.0f} ms")
+    if d.get("drafted"):
+        parts.append(f"acceptance {d['acceptance_rate']:.2f} ({d['accepted']}/{d['drafted']})")
+    if d.get("tokens_per_step"):
+        parts.append(f"{d['tokens_per_step']:.2f} tokens/step")
+    return "[" + ", ".join(parts) + "]"
+
+
+@click.command()
+@config_option
+@click.option("--local", is_flag=True, help="Generate in-process with the torch runtime (no server needed).")
+@click.option("--url", envvar="TRTSPEC_URL", metavar="HOST:PORT",
+              help="Triton gRPC endpoint to stream from (default: the server `trtspec serve` started for the spec).")
+@click.option("-p", "--prompt", required=True, help="Prompt text; '-' reads it from stdin.")
+@click.option("-n", "--max-tokens", default=128, show_default=True, type=click.IntRange(min=1),
+              help="Most new tokens to generate.")
+@click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0.0),
+              help="0 is greedy; > 0 samples (speculation stays lossless).")
+@click.option("--top-k", default=0, show_default=True, type=click.IntRange(min=0), help="0 disables top-k.")
+@click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(0.0, 1.0, min_open=True),
+              help="Nucleus sampling mass.")
+@click.option("--seed", type=int, help="Seed for sampling (reproducible outputs).")
+@click.option("--num-draft-tokens", type=click.IntRange(min=0),
+              help="Draft tokens per step (default: the spec's, adaptive). 0 disables speculation.")
+@click.option("--no-spec", is_flag=True, help="Plain decoding, no speculation (same as --num-draft-tokens 0).")
+@click.option("--stop", multiple=True, help="Stop string (repeatable).")
+@click.option("--stream/--no-stream", default=True, show_default=True, help="Print tokens as they arrive.")
+@click.option("--timeout", default=120.0, show_default=True, type=float, help="Seconds to wait for a server.")
+@json_option
+def generate(config, local, url, prompt, max_tokens, temperature, top_k, top_p, seed, num_draft_tokens,
+             no_spec, stop, stream, timeout, as_json) -> None:
+    """Generate a completion with speculative decoding, printing the text and its stats
+    (tokens/s, time to first token, acceptance, tokens per step).
+
+    \b
+    Examples:
+      trtspec generate --local -c examples/demo/eagle.toml -p "def main():"
+      trtspec generate --url localhost:8001 -p "import os" --max-tokens 64
+      echo "class Foo:" | trtspec generate -c trtspec.toml -p - --json
+    """
+    text = _read_prompt(prompt)
+    k = 0 if no_spec else num_draft_tokens
+    show = stream and not as_json
+    on_text = (lambda s: click.echo(s, nl=False)) if show else None
+    if show:
+        click.secho(text, nl=False, dim=True)
+    if local:
+        result = _local(config, text, max_tokens, temperature, top_k, top_p, seed, k, stop, on_text)
+    else:
+        result = _remote(config, url, text, max_tokens, temperature, top_k, top_p, seed, k, stop, stream,
+                         timeout, on_text)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    if not show:
+        click.echo(result["text"], nl=False)
+    click.echo()
+    click.secho(_stats_line(result), fg="cyan", err=True)
+
+
+def _local(config, text, max_tokens, temperature, top_k, top_p, seed, k, stop, on_text) -> dict:
+    from trtspec.runtime import SamplingParams, SpecEngine
+    from trtspec.spec import load_spec
+
+    engine = SpecEngine.from_spec(load_spec(config))
+    params = SamplingParams(max_new_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                            seed=seed, stop=tuple(stop), num_draft_tokens=k)
+    if on_text is None:
+        d = engine.generate(text, params).to_dict()
+    else:
+        d = _stream_local(engine, text, params, on_text)
+    d["new_tokens"] = len(d["tokens"])
+    d["method"] = engine.method if (k is None or k > 0) else "none"
+    return d
+
+
+def _stream_local(engine, text, params, on_text) -> dict:
+    """Stream in-process, printing text as steps complete; returns the same fields as generate()."""
+    import time
+
+    from trtspec.text import TextStream
+
+    stream = TextStream(engine.tokenizer)
+    start = time.perf_counter()
+    d = {"tokens": [], "steps": 0, "drafted": 0, "accepted": 0, "draft_seconds": 0.0, "verify_seconds": 0.0,
+         "ttft_seconds": None, "finish_reason": None}
+    for event in engine.stream(text, params):
+        if d["ttft_seconds"] is None and event.tokens:
+            d["ttft_seconds"] = time.perf_counter() - start
+        d["tokens"].extend(event.tokens)
+        d["steps"] += 1
+        d["drafted"] += event.drafted
+        d["accepted"] += event.accepted
+        d["draft_seconds"] += event.draft_seconds
+        d["verify_seconds"] += event.verify_seconds
+        d["finish_reason"] = event.finish_reason
+        on_text(stream.push(event.tokens))
+    on_text(stream.flush())
+    d["seconds"] = time.perf_counter() - start
+    d["text"] = stream.text
+    d["acceptance_rate"] = d["accepted"] / d["drafted"] if d["drafted"] else 0.0
+    d["tokens_per_step"] = len(d["tokens"]) / d["steps"] if d["steps"] else 0.0
+    return d
+
+
+def _remote(config, url, text, max_tokens, temperature, top_k, top_p, seed, k, stop, stream, timeout,
+            on_text) -> dict:
+    from trtspec.client import generate_remote, resolve_url
+
+    result = generate_remote(resolve_url(url, config), text, max_tokens=max_tokens, stream=stream,
+                             temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, num_draft_tokens=k,
+                             stop=list(stop), timeout=timeout, on_text=on_text)
+    return result.to_dict()
+
+
+def register(main: click.Group) -> None:
+    main.add_command(generate)

@@ -1,0 +1,115 @@
+"""The static KV cache and the (positions, slots, mask) a forward step needs.
+
+Layout: k, v = [layers, batch, kv_heads, max_seq, head_dim], allocated once. Each row (one request) keeps a
+length: its first `lengths[row]` slots hold committed tokens. A step writes its new tokens at slots
+length..length+T-1 and the caller then *chooses* how many to keep:
+- rejecting draft tokens = setting the length back (nothing is copied or cleared: stale slots past the length
+  are never attended to, because every mask only admits slots < length plus the step's own entries);
+- keeping a tree path whose nodes are not the first ones = `keep_path`, which gathers only the accepted
+  nodes' K/V into place (one small gather per k/v over all layers).
+
+Rows are kept dense: active requests occupy rows 0..n-1 (`move_row` fills a freed row with the last one), so
+a step runs on a plain slice of the cache, never on an index-gathered copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+
+import torch
+
+
+class KVCache:
+    def __init__(self, num_layers: int, batch: int, kv_heads: int, max_seq: int, head_dim: int, *,
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
+        shape = (num_layers, batch, kv_heads, max_seq, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.lengths = [0] * batch
+        self.max_seq = max_seq
+
+    @property
+    def batch(self) -> int:
+        return len(self.lengths)
+
+    def keep_path(self, row: int, base: int, offsets: list[int]) -> None:
+        """Keep the entries at slots base+offsets[i] as slots base+i (a tree path) and set the length after them."""
+        n = len(offsets)
+        if offsets != list(range(n)):  # a chain prefix is already in place
+            src = torch.tensor([base + o for o in offsets], device=self.k.device)
+            dst = torch.arange(base, base + n, device=self.k.device)
+            self.k[:, row, :, dst] = self.k[:, row, :, src]
+            self.v[:, row, :, dst] = self.v[:, row, :, src]
+        self.lengths[row] = base + n
+
+    def move_row(self, src: int, dst: int) -> None:
+        if src != dst:
+            n = self.lengths[src]
+            self.k[:, dst, :, :n] = self.k[:, src, :, :n]
+            self.v[:, dst, :, :n] = self.v[:, src, :, :n]
+            self.lengths[dst] = n
+        self.lengths[src] = 0
+
+
+@dataclasses.dataclass
+class StepInputs:
+    """Where a step's T new tokens go (start: first slot per row), their RoPE positions and the attention mask."""
+
+    positions: torch.Tensor  # [B, T]
+    start: list[int]  # [B]
+    mask: torch.Tensor | None  # [B, 1, T, S] bool, None: one row attending to everything before it
+
+
+def chain_inputs(lengths: list[int], T: int, device="cpu") -> StepInputs:
+    """Each row appends T tokens (right-padded rows included) as a causal chain after its `lengths[b]` slots."""
+    B = len(lengths)
+    base = torch.tensor(lengths, device=device)
+    positions = base[:, None] + torch.arange(T, device=device)[None, :]
+    if B == 1:
+        return StepInputs(positions, list(lengths), None if T == 1 else _causal_tail(lengths[0], T, device))
+    S = max(lengths) + T
+    mask = torch.arange(S, device=device)[None, None, :] <= positions[:, :, None]
+    return StepInputs(positions, list(lengths), mask[:, None])
+
+
+def _causal_tail(length: int, T: int, device) -> torch.Tensor:
+    return (torch.arange(length + T, device=device)[None, :] <= (length + torch.arange(T, device=device))[:, None]
+            )[None, None]
+
+
+def tree_inputs(lengths: list[int], trees: list[tuple[int, ...]], device="cpu") -> StepInputs:
+    """Each row appends a tree of inputs after its `lengths[b]` slots, input i at slot length+i.
+
+    trees[b] = parent index of each input (-1 for a root; parents before children). Input i sits at position
+    length + depth(i) and attends to the row's committed slots plus its own ancestors and itself. Rows with
+    fewer inputs are padded with self-attending singletons.
+    """
+    B = len(lengths)
+    T = max(len(t) for t in trees)
+    pos, anc = [], []
+    for parents in trees:
+        depth, a = tree_structure(tuple(parents), T)
+        pos.append(depth)
+        anc.append(a)
+    base = torch.tensor(lengths, device=device)
+    positions = base[:, None] + torch.stack(pos).to(device)
+    S = max(lengths) + T
+    mask = (torch.arange(S, device=device)[None, None, :] < base[:, None, None]).expand(B, T, S).clone()
+    slots = base[:, None] + torch.arange(T, device=device)[None, :]
+    mask.scatter_(2, slots[:, None, :].expand(B, T, T), torch.stack(anc).to(device))
+    return StepInputs(positions, list(lengths), mask[:, None])
+
+
+@lru_cache(maxsize=512)
+def tree_structure(parents: tuple[int, ...], T: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(depth [T], ancestor-or-self matrix [T, T]) of a parent list, padded to T with isolated nodes."""
+    n = len(parents)
+    anc = torch.eye(T, dtype=torch.bool)
+    depth = torch.zeros(T, dtype=torch.long)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            anc[i] |= anc[p]
+            depth[i] = depth[p] + 1
+    depth[n:] = torch.arange(n, T) if n < T else depth[n:]
+    return depth, anc

@@ -1,0 +1,184 @@
+"""The shipped demo family (examples/models) and `trtspec models train-demo --quick`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FAMILY = ROOT / "examples" / "models"
+SAMPLES = [
+    "def f(x):\n    return x  + 1\n\n\nclass A:\n\tpass\n",
+    "    if not data:  # comment with 'quotes' and \"more\"\n        raise ValueError(f'{x!r}')\n",
+    "x = {'é': 'ü', '漢字': b'\\x00'}  \n\n   \n",
+    "<|endoftext|>import os\r\nprint(os.sep)",
+]
+
+shipped = pytest.mark.skipif(not (FAMILY / "MANIFEST.json").is_file(), reason="demo family not trained yet")
+
+
+def _manifest(root: Path) -> dict:
+    return json.loads((root / "MANIFEST.json").read_text())
+
+
+def _check_llama_dirs(root: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizers = {}
+    for name in ("target", "draft"):
+        model = AutoModelForCausalLM.from_pretrained(root / name, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(root / name)
+        assert model.config.vocab_size == tok.vocab_size == len(tok)
+        ids = tok(SAMPLES[0], return_tensors="pt").input_ids
+        with torch.no_grad():
+            logits = model(ids).logits
+        assert logits.shape == (1, ids.shape[1], model.config.vocab_size)
+        assert torch.isfinite(logits).all()
+        for text in SAMPLES:
+            assert tok.decode(tok(text).input_ids) == text
+        tokenizers[name] = tok
+    for fname in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        assert (root / "target" / fname).read_bytes() == (root / "draft" / fname).read_bytes()
+    t, d = tokenizers["target"], tokenizers["draft"]
+    assert t.get_vocab() == d.get_vocab()
+    for text in SAMPLES:
+        assert t(text).input_ids == d(text).input_ids
+    assert t.eos_token == t.bos_token == t.pad_token == "<|endoftext|>"
+
+
+def _check_heads(root: Path) -> None:
+    from safetensors import safe_open
+
+    target_cfg = json.loads((root / "target" / "config.json").read_text())
+    H, V = target_cfg["hidden_size"], target_cfg["vocab_size"]
+    kv = target_cfg["num_key_value_heads"] * (H // target_cfg["num_attention_heads"])
+    F = target_cfg["intermediate_size"]
+
+    medusa_cfg = json.loads((root / "medusa" / "config.json").read_text())
+    assert medusa_cfg == {"medusa_num_heads": 4, "medusa_num_layers": 1, "hidden_size": H, "vocab_size": V,
+                          "base_model_name_or_path": "../target"}
+    want = {}
+    for h in range(4):
+        want.update({f"{h}.0.linear.weight": [H, H], f"{h}.0.linear.bias": [H], f"{h}.1.weight": [V, H]})
+    with safe_open(root / "medusa" / "medusa_lm_head.safetensors", "pt") as f:
+        assert {k: f.get_slice(k).get_shape() for k in f.keys()} == want
+        assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"F16"}
+
+    eagle_cfg = json.loads((root / "eagle" / "config.json").read_text())
+    assert eagle_cfg["num_hidden_layers"] == 1 and eagle_cfg["eagle"] is True
+    for key in ("hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size", "intermediate_size",
+                "rms_norm_eps"):
+        assert eagle_cfg[key] == target_cfg[key], key
+    want = {
+        "fc.weight": [H, 2 * H], "fc.bias": [H],
+        "layers.0.self_attn.q_proj.weight": [H, H], "layers.0.self_attn.k_proj.weight": [kv, H],
+        "layers.0.self_attn.v_proj.weight": [kv, H], "layers.0.self_attn.o_proj.weight": [H, H],
+        "layers.0.mlp.gate_proj.weight": [F, H], "layers.0.mlp.up_proj.weight": [F, H],
+        "layers.0.mlp.down_proj.weight": [H, F], "layers.0.post_attention_layernorm.weight": [H],
+    }
+    with safe_open(root / "eagle" / "model.safetensors", "pt") as f:
+        assert {k: f.get_slice(k).get_shape() for k in f.keys()} == want
+        assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"F16"}
+
+
+def _check_hashes(root: Path) -> None:
+    from trtspec.models.demo import file_table
+
+    assert file_table(root) == _manifest(root)["files"]
+
+
+@shipped
+def test_shipped_target_and_draft_load_with_transformers():
+    _check_llama_dirs(FAMILY)
+
+
+@shipped
+def test_shipped_target_is_gqa_and_bigger_than_draft():
+    target = json.loads((FAMILY / "target" / "config.json").read_text())
+    draft = json.loads((FAMILY / "draft" / "config.json").read_text())
+    assert target["num_key_value_heads"] < target["num_attention_heads"]
+    assert target["architectures"] == draft["architectures"] == ["LlamaForCausalLM"]
+    assert target["vocab_size"] == draft["vocab_size"]
+    assert target["tie_word_embeddings"] is False
+    params = _manifest(FAMILY)["models"]
+    assert params["target"]["params"] >= 8 * params["draft"]["params"]
+
+
+@shipped
+def test_shipped_manifest_hashes_match():
+    _check_hashes(FAMILY)
+    manifest = _manifest(FAMILY)
+    assert sum(f["bytes"] for f in manifest["files"].values()) <= 120 * 2**20
+    assert manifest["corpus"]["heldout_files"]
+    for name in ("target", "draft", "medusa", "eagle"):
+        assert manifest["models"][name]["params"] > 0
+
+
+@shipped
+def test_shipped_head_layouts():
+    _check_heads(FAMILY)
+
+
+@shipped
+def test_shipped_target_matches_the_compact_llama():
+    """The runtime-facing definition (demo.Llama) and transformers agree on the shipped weights."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from trtspec.models.demo import Llama, LlamaShape
+
+    cfg = json.loads((FAMILY / "target" / "config.json").read_text())
+    shape = LlamaShape(cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"],
+                       cfg["num_key_value_heads"], cfg["intermediate_size"], cfg["vocab_size"],
+                       cfg["max_position_embeddings"], cfg["rope_parameters"]["rope_theta"], cfg["rms_norm_eps"])
+    ours = Llama(shape)
+    ours.load_state_dict({k: v.float() for k, v in load_file(FAMILY / "target" / "model.safetensors").items()})
+    hf = AutoModelForCausalLM.from_pretrained(FAMILY / "target", dtype=torch.float32)
+    ids = torch.arange(40)[None] * 37 % cfg["vocab_size"]
+    with torch.no_grad():
+        assert torch.allclose(ours(ids)[0], hf(ids).logits, atol=1e-4)
+
+
+@shipped
+def test_heldout_prompts_are_deterministic_and_exact_length():
+    from tokenizers import Tokenizer
+
+    from trtspec.models.demo import heldout_prompts
+
+    a = heldout_prompts(4, prompt_tokens=32, seed=1)
+    assert a == heldout_prompts(4, prompt_tokens=32, seed=1)
+    assert len(set(a)) == 4
+    tok = Tokenizer.from_file(str(FAMILY / "target" / "tokenizer.json"))
+    assert all(len(tok.encode(p).ids) == 32 for p in a)
+
+
+def test_train_demo_quick_produces_a_loadable_family(tmp_path):
+    from click.testing import CliRunner
+
+    from trtspec.cli import main
+
+    out = tmp_path / "family"
+    result = CliRunner().invoke(main, ["models", "train-demo", "--quick", "--out", str(out), "--seed", "3"])
+    assert result.exit_code == 0, result.output
+    _check_llama_dirs(out)
+    _check_heads(out)
+    _check_hashes(out)
+    manifest = _manifest(out)
+    assert manifest["seed"] == 3 and manifest["config"]["quick"] is True
+    assert set(manifest["models"]["draft"]["acceptance"]) == {"2", "4", "8"}
+    assert not [p for p in tmp_path.iterdir() if p.name != "family"]  # no temp dir left behind
+
+    again = CliRunner().invoke(main, ["models", "train-demo", "--quick", "--out", str(out)])
+    assert again.exit_code == 3 and "not empty" in again.output
+
+
+def test_heldout_prompts_without_a_family_is_a_model_error(tmp_path):
+    from trtspec.errors import ModelError
+    from trtspec.models.demo import heldout_prompts
+
+    with pytest.raises(ModelError):
+        heldout_prompts(2, models_dir=tmp_path)

@@ -1,1 +1,106 @@
+"""`trtspec convert`: native HF -> TensorRT-LLM checkpoint writer (pure torch + safetensors, CPU).
 
+    result = convert(spec, out_dir=None, tp=None, pp=None, force=False)
+
+writes one checkpoint per role the spec's method needs into `<out_dir>/<role>/`
+(default `<engines>/<name>/checkpoints/<role>/`):
+
+    method        target checkpoint                     draft checkpoint
+    draft-model   LlamaForCausalLM                       LlamaForCausalLM (same TP, PP 1)
+    medusa        MedusaForCausalLM (base + heads)       -
+    eagle         EagleForCausalLM (base + EAGLE-1 head) -
+    lookahead     LlamaForCausalLM                       -
+    none          LlamaForCausalLM                       -
+
+`read_checkpoint(dir)` reassembles the HF state dicts from any sharding (the proof of the
+writer: round trips are bit-identical). Unsupported architectures raise ConvertError listing
+the supported ones (`SUPPORTED_ARCHITECTURES`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from trtspec.convert import params
+from trtspec.convert.checkpoint import (MANIFEST, ConvertedCheckpoint, ConvertJob, Reassembled,
+                                        hf_config_from_trtllm, is_fresh, read_checkpoint, read_manifest, run_job)
+from trtspec.convert.hf import SUPPORTED_ARCHITECTURES, TRTLLM_ARCHITECTURES, read_json
+from trtspec.errors import ConvertError
+from trtspec.spec import Spec
+
+DEFAULT_ENGINES = Path("engines")
+
+
+@dataclasses.dataclass
+class ConvertResult:
+    out_dir: str
+    checkpoints: dict[str, ConvertedCheckpoint]
+    seconds: float
+
+    @property
+    def converted(self) -> list[str]:
+        return [r for r, c in self.checkpoints.items() if c.converted]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"out_dir": self.out_dir, "seconds": round(self.seconds, 3),
+                "checkpoints": {r: c.to_dict() for r, c in self.checkpoints.items()},
+                "converted": self.converted}
+
+
+def default_out_dir(spec: Spec, engines: Path = DEFAULT_ENGINES) -> Path:
+    return Path(engines) / spec.name / "checkpoints"
+
+
+def medusa_num_heads(spec: Spec) -> int:
+    if spec.speculative.heads is None:
+        raise ConvertError("method 'medusa' needs speculative.heads", hint="set speculative.heads in the spec")
+    cfg = read_json(Path(spec.speculative.heads) / "config.json")
+    n = int(cfg.get("medusa_num_heads", 0) or 0)
+    if n < 1:
+        raise ConvertError(f"{spec.speculative.heads}/config.json: medusa_num_heads missing",
+                           hint="a Medusa heads dir needs config.json with medusa_num_heads")
+    return n
+
+
+def jobs_for_spec(spec: Spec, out_dir: Path | None = None, *, tp: int | None = None, pp: int | None = None,
+                  engines: Path = DEFAULT_ENGINES) -> list[ConvertJob]:
+    """The conversions a spec needs (reads only small config files)."""
+    out = Path(out_dir) if out_dir is not None else default_out_dir(spec, engines)
+    tp = tp or spec.gpu.tensor_parallel
+    pp = pp or spec.gpu.pipeline_parallel
+    dtype = spec.model.dtype
+    target = Path(spec.model.target)
+    s = spec.speculative
+    if spec.method == "medusa":
+        n = medusa_num_heads(spec)
+        job = ConvertJob("target", "medusa", target, Path(s.heads), out / "target", tp, pp, dtype,
+                         max_draft_len=len(params.medusa_choices(spec, n)))
+        return [job]
+    if spec.method == "eagle":
+        if pp != 1:
+            raise ConvertError("EAGLE does not support pipeline parallelism", hint="set gpu.pipeline_parallel = 1")
+        tree = params.eagle_tree_params(params.eagle_choices(spec))
+        return [ConvertJob("target", "eagle", target, Path(s.heads), out / "target", tp, pp, dtype, **tree)]
+    jobs = [ConvertJob("target", "llama", target, None, out / "target", tp, pp, dtype)]
+    if spec.method == "draft-model":
+        jobs.append(ConvertJob("draft", "llama", Path(s.draft), None, out / "draft", tp, 1, dtype))
+    return jobs
+
+
+def convert(spec: Spec, out_dir: Path | None = None, *, tp: int | None = None, pp: int | None = None,
+            force: bool = False, engines: Path = DEFAULT_ENGINES,
+            log: Callable[[str], None] | None = None) -> ConvertResult:
+    """Write (or confirm up to date) every checkpoint the spec needs. Atomic per checkpoint."""
+    t0 = time.perf_counter()
+    jobs = jobs_for_spec(spec, out_dir, tp=tp, pp=pp, engines=engines)
+    done = {job.role: run_job(job, force=force, log=log) for job in jobs}
+    out = Path(out_dir) if out_dir is not None else default_out_dir(spec, engines)
+    return ConvertResult(str(out), done, time.perf_counter() - t0)
+
+
+__all__ = ["ConvertJob", "ConvertResult", "ConvertedCheckpoint", "MANIFEST", "Reassembled", "SUPPORTED_ARCHITECTURES",
+           "TRTLLM_ARCHITECTURES", "convert", "default_out_dir", "hf_config_from_trtllm", "is_fresh", "jobs_for_spec",
+           "medusa_num_heads", "read_checkpoint", "read_manifest", "run_job"]

@@ -1,0 +1,92 @@
+"""`trtspec serve`: run the bundled Triton server on model_repository/<name>/."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+
+import click
+
+from trtspec.cli.options import config_option, json_option
+
+
+def _endpoint_lines(state: dict) -> list[str]:
+    return [f"  gRPC     {state['grpc_url']}   (trtspec generate --url {state['grpc_url']})",
+            f"  HTTP     http://{state['http_url']}/v2/models/{state.get('ensemble', 'ensemble')}/generate",
+            f"  metrics  {state['metrics_url']}",
+            f"  log      {state['log']}"]
+
+
+@click.command()
+@config_option
+@click.option("--grpc-port", type=click.IntRange(0, 65535), help="gRPC port (default: serving.grpc_port; 0 = free).")
+@click.option("--http-port", type=click.IntRange(0, 65535), help="HTTP port (default: serving.http_port; 0 = free).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535),
+              help="Metrics port (default: serving.metrics_port; 0 = free).")
+@click.option("--repo", "out_repo", default="model_repository", show_default=True, envvar="TRTSPEC_MODEL_REPOSITORY",
+              type=click.Path(file_okay=False), help="Parent of the built model_repository/<name>/.")
+@click.option("--foreground", is_flag=True, help="Run in this terminal until Ctrl-C / SIGTERM.")
+@click.option("--stop", "stop", is_flag=True, help="Stop the background server started for this spec.")
+@click.option("--timeout", default=300.0, show_default=True, type=float,
+              help="Seconds to wait for the server and every model to be ready.")
+@json_option
+def serve(config, grpc_port, http_port, metrics_port, out_repo, foreground, stop, timeout, as_json) -> None:
+    """Start Triton Inference Server (the one bundled with nvidia-pytriton) on the spec's model
+    repository and print its endpoints.
+
+    By default the server runs in the background and its pid, ports and log are recorded in
+    .trtspec/serve-<name>.json (what `--stop` and `trtspec generate` read). The Python-backend
+    environment (backend dir, LD_LIBRARY_PATH, PATH, shared memory) is prepared automatically.
+    """
+    from trtspec.serve import running_state, server_for_spec, start_background, stop_background
+    from trtspec.spec import load_spec
+
+    spec = load_spec(config)
+    if stop:
+        state = stop_background(spec.name)
+        if as_json:
+            click.echo(json.dumps({"stopped": state is not None, "state": state}, indent=2))
+        elif state is None:
+            click.echo(f"no background server recorded for {spec.name!r}")
+        else:
+            click.echo(f"stopped server for {spec.name!r} (pid {state['pid']})")
+        return
+    ports = {"grpc_port": grpc_port, "http_port": http_port, "metrics_port": metrics_port}
+    if not foreground:
+        state = start_background(spec, out_repo=out_repo, ready_timeout=timeout, **ports)
+        if as_json:
+            click.echo(json.dumps(state, indent=2))
+            return
+        click.echo(f"serving {spec.name!r} ({spec.method}) in the background, pid {state['pid']}")
+        for line in _endpoint_lines(state):
+            click.echo(line)
+        click.echo(f"stop with: trtspec serve -c {config} --stop")
+        return
+    if running_state(spec.name):
+        raise click.UsageError(f"a background server for {spec.name!r} is running; stop it with --stop first")
+    server = server_for_spec(spec, out_repo=out_repo, ready_timeout=timeout, **ports)
+    stop_event = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
+    try:
+        server.start()
+        state = server.state() | {"name": spec.name, "ensemble": spec.serving.ensemble_name}
+        if as_json:
+            click.echo(json.dumps(state, indent=2))
+        else:
+            click.echo(f"serving {spec.name!r} ({spec.method}), pid {server.pid}; Ctrl-C stops it")
+            for line in _endpoint_lines(state):
+                click.echo(line)
+        while not stop_event.wait(0.5):
+            if not server.is_running():
+                raise click.ClickException(f"tritonserver exited; log tail:\n{server.log_tail()}")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        click.echo("stopping ...", err=True)
+        server.stop()
+
+
+def register(main: click.Group) -> None:
+    main.add_command(serve)

@@ -1,0 +1,197 @@
+"""`trtspec build` for runtime torch: serving weights + lock in engines/<name>/, then the Triton
+repository in model_repository/<name>/.
+
+    engines/<name>/
+      target/            config.json, *.safetensors in the serving dtype, tokenizer files
+      draft/             (method draft-model) the same for the draft
+      heads/             (method medusa / eagle) the heads, weights in the serving dtype
+      spec.json          the spec with paths relative to this dir (what the serving models load)
+      trtspec.lock.json  content hashes of every input, tool versions, the spec
+
+Both dirs are written in temp dirs and renamed into place together (a failed build leaves the old
+outputs). When the lock's key (inputs, spec, versions, model sources, output layout) is unchanged
+and both outputs exist, nothing is rebuilt unless `force`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from trtspec.build import BuildOptions, BuildResult
+from trtspec.build.lock import (LOCK_NAME, atomic_dir, digest, hash_tree, read_lock, sha256_file, tool_versions,
+                                write_json)
+from trtspec.errors import BuildError, PairError, SpecError
+from trtspec.repository.serving import ENGINE_SPEC
+from trtspec.repository.torch_repo import MODEL_SOURCES, ModelNames, emit_torch_repository, model_source
+from trtspec.spec import Spec, check_paths
+
+LOCK_FORMAT = 1
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                   "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json")
+COPY_SUFFIXES = (".json", ".txt", ".model", ".jinja", ".py")
+_TORCH_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
+
+
+def roles(spec: Spec) -> dict[str, Path]:
+    """role -> input checkpoint dir of everything the deployment serves."""
+    out = {"target": Path(spec.model.target)}
+    s = spec.speculative
+    if s.method == "draft-model" and s.draft is not None:
+        out["draft"] = Path(s.draft)
+    if s.method in ("medusa", "eagle") and s.heads is not None:
+        out["heads"] = Path(s.heads)
+    return out
+
+
+def validate(spec: Spec) -> None:
+    """The checks of `trtspec check`: paths exist, checkpoints and the pair fit together."""
+    problems = check_paths(spec)
+    if problems:
+        raise SpecError(str(problems[0]), hint="fix the paths in the spec, then re-run `trtspec build`",
+                        problems=[str(p) for p in problems])
+    from trtspec.models.pair import check_pair
+
+    report = check_pair(spec)
+    if report.problems:
+        first = report.problems[0]
+        more = f" (and {len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
+        raise PairError(f"{first}{more}", hint="`trtspec check` lists every problem")
+
+
+def engine_spec_dict(spec: Spec, role_dirs: dict[str, Path]) -> dict[str, Any]:
+    """The spec as the serving models load it: checkpoint paths point at the engine's role dirs."""
+    data = spec.to_dict()
+    data["model"]["target"] = "target"
+    data["model"].pop("tokenizer", None)
+    data["speculative"]["draft"] = "draft" if "draft" in role_dirs else None
+    data["speculative"]["heads"] = "heads" if "heads" in role_dirs else None
+    return _strip_none(data)
+
+
+def _strip_none(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _strip_none(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, list):
+        return [_strip_none(v) for v in obj]
+    return obj
+
+
+def lock_key(spec: Spec, inputs: dict[str, dict[str, str]], options: BuildOptions, names: ModelNames) -> str:
+    versions = tool_versions()
+    sources = {role: digest(model_source(role).decode("utf-8")) for role in MODEL_SOURCES}
+    layout = {"engines": str(Path(options.out_engines).resolve()), "repo": str(Path(options.out_repo).resolve()),
+              "names": names.to_dict()}
+    return digest({"format": LOCK_FORMAT, "inputs": inputs, "spec": spec.to_dict(), "versions": versions,
+                   "sources": sources, "layout": layout, "builder": _builder_digest()})
+
+
+def _builder_digest() -> str:
+    return digest(Path(__file__).read_text(encoding="utf-8"))
+
+
+def convert_checkpoint(src: Path, dst: Path, dtype: str) -> list[str]:
+    """Copy a checkpoint dir with its weights as safetensors in `dtype`; returns the files written."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    target_dtype = getattr(torch, _TORCH_DTYPES[dtype])
+    dst.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    def cast(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: (v.to(target_dtype) if v.is_floating_point() else v).contiguous() for k, v in tensors.items()}
+
+    bins = sorted(src.glob("*.bin"))
+    if len(bins) > 1 or (src / "pytorch_model.bin.index.json").exists():
+        raise BuildError(f"{src}: sharded PyTorch .bin weights are not supported",
+                         hint="re-save the checkpoint with safetensors (save_pretrained(safe_serialization=True))")
+    for path in sorted(src.iterdir()):
+        if path.is_dir():
+            continue
+        if path.suffix == ".safetensors":
+            try:
+                tensors = load_file(str(path))
+            except Exception as exc:  # safetensors raises its own error types
+                raise BuildError(f"{path}: cannot read safetensors: {exc}", hint="re-export the checkpoint") from None
+            save_file(cast(tensors), str(dst / path.name), metadata={"format": "pt"})
+        elif path.suffix == ".bin":
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
+            name = "model.safetensors" if path.name == "pytorch_model.bin" else path.with_suffix(".safetensors").name
+            save_file(cast(state), str(dst / name), metadata={"format": "pt"})
+            written.append(name)
+            continue
+        elif path.name == "config.json":
+            cfg = json.loads(path.read_text(encoding="utf-8"))
+            cfg["torch_dtype"] = dtype
+            if "dtype" in cfg:
+                cfg["dtype"] = dtype
+            (dst / path.name).write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        elif path.suffix in COPY_SUFFIXES or path.name in TOKENIZER_FILES:
+            shutil.copyfile(path, dst / path.name)
+        else:
+            continue
+        written.append(path.name)
+    if not any(n.endswith(".safetensors") for n in written):
+        raise BuildError(f"{src}: no weights (*.safetensors or pytorch_model.bin)",
+                         hint="point the spec at a checkpoint dir that holds its weights")
+    return written
+
+
+def copy_tokenizer(src: Path, dst: Path) -> list[str]:
+    copied = [name for name in TOKENIZER_FILES if (src / name).is_file()]
+    if not copied:
+        raise BuildError(f"no tokenizer files in {src}", hint="set model.tokenizer to a dir with tokenizer.json")
+    for name in copied:
+        shutil.copyfile(src / name, dst / name)
+    return copied
+
+
+def build(spec: Spec, options: BuildOptions) -> BuildResult:
+    """Validate, write engines/<name>/ and model_repository/<name>/ atomically, or skip if unchanged."""
+    start = time.perf_counter()
+    validate(spec)
+    role_dirs = roles(spec)
+    engine_dir = Path(options.out_engines).resolve() / spec.name
+    repo_dir = Path(options.out_repo).resolve() / spec.name
+    names = ModelNames.for_spec(spec)
+    inputs = {role: hash_tree(path) for role, path in role_dirs.items()}
+    inputs["tokenizer"] = {n: sha256_file(spec.tokenizer_dir / n) for n in TOKENIZER_FILES
+                           if (spec.tokenizer_dir / n).is_file()}
+    key = lock_key(spec, inputs, options, names)
+    engines = {role: str(engine_dir / role) for role in role_dirs}
+    lock_path = engine_dir / LOCK_NAME
+    old = read_lock(engine_dir)
+    if (not options.force and old is not None and old.get("key") == key and repo_dir.is_dir()
+            and all(Path(p).is_dir() for p in engines.values())):
+        return BuildResult(runtime="torch", engines=engines, repository=str(repo_dir), lock=str(lock_path),
+                           rebuilt=[], skipped=list(role_dirs), seconds=time.perf_counter() - start)
+
+    with atomic_dir(engine_dir) as tmp_engine, atomic_dir(repo_dir) as tmp_repo:
+        files = {}
+        for role, src in role_dirs.items():
+            files[role] = convert_checkpoint(src, tmp_engine / role, spec.model.dtype)
+        files["tokenizer"] = copy_tokenizer(spec.tokenizer_dir, tmp_engine / "target")
+        write_json(tmp_engine / ENGINE_SPEC, engine_spec_dict(spec, role_dirs))
+        repo = emit_torch_repository(spec, tmp_repo, engine_dir, final_root=repo_dir, names=names)
+        lock = {
+            "format": LOCK_FORMAT,
+            "key": key,
+            "name": spec.name,
+            "runtime": "torch",
+            "method": spec.method,
+            "dtype": spec.model.dtype,
+            "inputs": {role: {"path": str(path), "files": inputs[role]} for role, path in role_dirs.items()}
+            | {"tokenizer": {"path": str(spec.tokenizer_dir), "files": inputs["tokenizer"]}},
+            "outputs": hash_tree(tmp_engine),
+            "repository": repo.to_dict() | {"root": str(repo_dir)},
+            "versions": tool_versions(),
+            "spec": spec.to_dict(),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        write_json(tmp_engine / LOCK_NAME, lock)
+    return BuildResult(runtime="torch", engines=engines, repository=str(repo_dir), lock=str(lock_path),
+                       rebuilt=list(role_dirs), skipped=[], seconds=time.perf_counter() - start)

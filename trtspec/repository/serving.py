@@ -1,0 +1,140 @@
+"""Plain-Python pieces of the emitted Python-backend models (no `triton_python_backend_utils`
+import here, so they can be unit-tested): parameters, engine-dir resolution, request checks and
+the per-request stream state of the generation model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ENGINE_DIR_ENV = "TRTSPEC_ENGINE_DIR"       # overrides the `engine_dir` parameter of every model
+ENGINE_SPEC = "spec.json"                    # engines/<name>/spec.json: the spec, paths relative to it
+
+
+class RequestError(ValueError):
+    """A bad request: the message goes back to that client only."""
+
+
+def model_parameters(model_config: dict[str, Any]) -> dict[str, str]:
+    """`parameters { key: "k" value { string_value: "v" } }` as a plain dict."""
+    return {k: v.get("string_value", "") for k, v in (model_config.get("parameters") or {}).items()}
+
+
+def resolve_engine_dir(model_dir: str | Path, params: dict[str, str]) -> Path:
+    """The engine dir: $TRTSPEC_ENGINE_DIR, else the `engine_dir` parameter, which when relative is
+    relative to the model repository root (the parent of the model's own directory)."""
+    raw = os.environ.get(ENGINE_DIR_ENV) or params.get("engine_dir", "")
+    if not raw:
+        raise RuntimeError(f"no engine dir: set the model parameter engine_dir or ${ENGINE_DIR_ENV}")
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        path = Path(model_dir).resolve().parent / path
+    if not path.is_dir():
+        raise RuntimeError(f"engine dir {path} not found (parameter engine_dir={params.get('engine_dir')!r}, "
+                           f"${ENGINE_DIR_ENV}={os.environ.get(ENGINE_DIR_ENV)!r})")
+    return path.resolve()
+
+
+def resolve_tokenizer_dir(engine_dir: Path, params: dict[str, str]) -> Path:
+    raw = params.get("tokenizer_dir") or "target"
+    path = Path(raw).expanduser()
+    return path if path.is_absolute() else engine_dir / path
+
+
+def load_engine_spec(engine_dir: Path):
+    """The Spec stored in the engine dir, its paths pointing at the engine's own role dirs."""
+    from trtspec.spec import spec_from_dict
+
+    path = Path(engine_dir) / ENGINE_SPEC
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return spec_from_dict(data, base=Path(engine_dir), source=path)
+
+
+def int_param(params: dict[str, str], key: str, default: int) -> int:
+    try:
+        return int(params.get(key, default))
+    except ValueError:
+        return default
+
+
+def scalar(array: Any, name: str, kind: type) -> Any:
+    """The single value of a [1] / [1, 1] input, as `kind`."""
+    if array is None:
+        return None
+    if array.size != 1:
+        raise RequestError(f"input '{name}' must hold one value per request, got shape {list(array.shape)}")
+    value = array.reshape(-1)[0]
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", errors="replace")
+    return kind(value)
+
+
+def check_batch(array: Any, name: str) -> None:
+    if array is not None and array.ndim >= 1 and array.shape[0] != 1:
+        raise RequestError(f"send one prompt per request ('{name}' has batch size {array.shape[0]}); "
+                           "concurrent requests are batched on the server")
+
+
+def check_lengths(n_input: int, max_tokens: int | None, max_input_len: int, max_output_len: int) -> None:
+    if n_input <= 0:
+        raise RequestError("the prompt is empty")
+    if n_input > max_input_len:
+        raise RequestError(f"the prompt has {n_input} tokens, more than max_input_len={max_input_len}")
+    if max_tokens is None:
+        raise RequestError("max_tokens is required")
+    if max_tokens <= 0:
+        raise RequestError(f"max_tokens must be > 0, got {max_tokens}")
+    if max_tokens > max_output_len:
+        raise RequestError(f"max_tokens={max_tokens} exceeds max_output_len={max_output_len}")
+
+
+def check_parameters(parameters: str | dict | None, allowed: set[str]) -> None:
+    """Reject request parameters this deployment does not know (e.g. a misspelt generate key)."""
+    if not parameters:
+        return
+    if isinstance(parameters, str):
+        try:
+            parameters = json.loads(parameters)
+        except json.JSONDecodeError:
+            return
+    unknown = sorted(k for k in parameters if k not in allowed and not k.startswith("triton_"))
+    if unknown:
+        raise RequestError(f"unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                           f"known inputs: {', '.join(sorted(allowed))}")
+
+
+@dataclass
+class StreamStats:
+    """What one request has produced so far (sent along with every response)."""
+
+    events: int = 0          # engine events received (the first one carries the prefill's token)
+    tokens: int = 0
+    steps: int = 0           # verify steps (events after the prefill)
+    drafted: int = 0
+    accepted: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+
+class RecentSteps:
+    """Acceptance rate and tokens per step over the last `n` steps of any request (the gauges)."""
+
+    def __init__(self, n: int = 256):
+        self._steps: deque[tuple[int, int, int]] = deque(maxlen=n)
+        self._lock = threading.Lock()
+
+    def add(self, tokens: int, drafted: int, accepted: int) -> tuple[float, float]:
+        with self._lock:
+            self._steps.append((tokens, drafted, accepted))
+            tok = sum(s[0] for s in self._steps)
+            dr = sum(s[1] for s in self._steps)
+            acc = sum(s[2] for s in self._steps)
+            return (acc / dr if dr else 0.0), tok / len(self._steps)

@@ -1,0 +1,63 @@
+"""`postprocessing`: token ids -> text (Triton Python backend; copied into postprocessing/1/model.py).
+
+Stateless and exact for streaming: each response of the generation model carries the newly
+accepted ids (TOKENS_BATCH) and a detokenization context (CONTEXT_IDS); the text output is what
+those ids add, holding back an incomplete UTF-8 character until it is complete or the request
+ends (IS_FINAL); on a stop string the final text loses its last STOP_TRIM characters (the
+stop string and what follows, as the engine trims them). See trtspec/repository/textio.py.
+The speculative-decoding counters pass through unchanged (one ensemble response per step).
+"""
+
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from trtspec.repository import serving, textio
+
+PASS_THROUGH = {  # input -> (output, dtype)
+    "ACCEPTANCE_RATE": ("OUT_ACCEPTANCE_RATE", np.float32),
+    "TOTAL_ACCEPTED_DRAFT_TOKENS": ("OUT_TOTAL_ACCEPTED_DRAFT_TOKENS", np.int32),
+    "TOTAL_DRAFT_TOKENS": ("OUT_TOTAL_DRAFT_TOKENS", np.int32),
+    "NUM_OUTPUT_TOKENS": ("OUT_NUM_OUTPUT_TOKENS", np.int32),
+    "NUM_STEPS": ("OUT_NUM_STEPS", np.int32),
+}
+
+
+def _input(request, name):
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        params = serving.model_parameters(config)
+        engine_dir = serving.resolve_engine_dir(args["model_repository"], params)
+        self.tokenizer = textio.load_tokenizer(serving.resolve_tokenizer_dir(engine_dir, params))
+
+    def execute(self, requests):
+        return [self._one(request) for request in requests]
+
+    def _one(self, request):
+        tokens = _input(request, "TOKENS_BATCH")          # [batch, beam, n]
+        lengths = _input(request, "SEQUENCE_LENGTH")       # [batch, beam]
+        context = _input(request, "CONTEXT_IDS")           # [batch, c]
+        final = _input(request, "IS_FINAL")                # [batch, 1]
+        trim = _input(request, "STOP_TRIM")                # [batch, 1]
+        batch = tokens.shape[0]
+        texts = []
+        for b in range(batch):
+            n = int(lengths[b].reshape(-1)[0]) if lengths is not None else tokens.shape[-1]
+            delta = tokens[b].reshape(-1, tokens.shape[-1])[0][:n].tolist()
+            ctx = context[b].reshape(-1).tolist() if context is not None else []
+            is_final = bool(final[b].reshape(-1)[0]) if final is not None else True
+            cut = int(trim[b].reshape(-1)[0]) if trim is not None else 0
+            texts.append(textio.text_delta(self.tokenizer, ctx, delta, is_final, cut).encode("utf-8"))
+        outputs = [pb_utils.Tensor("OUTPUT", np.asarray(texts, dtype=np.object_).reshape(batch, 1))]
+        for name, (out, dtype) in PASS_THROUGH.items():
+            value = _input(request, name)
+            if value is None:
+                value = np.zeros((batch, 1), dtype=dtype)
+            outputs.append(pb_utils.Tensor(out, value.astype(dtype).reshape(batch, 1)))
+        return pb_utils.InferenceResponse(output_tensors=outputs)

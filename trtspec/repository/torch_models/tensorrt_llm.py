@@ -1,0 +1,237 @@
+"""`tensorrt_llm` for the torch runtime: speculative decoding with continuous batching
+(Triton Python backend, decoupled; copied into tensorrt_llm/1/model.py).
+
+It mirrors the tensorrtllm_backend model's name and I/O so that ensembles and clients port
+unchanged: inputs input_ids, input_lengths, request_output_len, end_id, temperature,
+runtime_top_k, runtime_top_p, seed, streaming, plus stop_words (strings) and num_draft_tokens
+(0 = no speculation); outputs output_ids / sequence_length (the ids accepted since the previous
+response; all of them when not streaming), context_ids and is_final (for exact streaming
+detokenization in `postprocessing`, see trtspec/repository/textio.py) and the per-request
+counters acceptance_rate, total_accepted_draft_tokens, total_draft_tokens, num_output_tokens,
+num_steps.
+
+Every request goes to `SpecEngine.submit`, whose scheduler thread batches all running requests
+and calls back once per step; responses are sent from that thread. A cancelled request (client
+gone) is cancelled in the engine. Prometheus metrics (labels model, method) are made with
+`pb_utils.MetricFamily`; latencies are `_sum`/`_count` counter pairs (mean = rate(sum)/rate(count)).
+"""
+
+import json
+import traceback
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from trtspec.repository import serving, textio
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+def _input(request, name):
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()
+
+
+class Metrics:
+    """The spec_dec_* Prometheus families of one model instance."""
+
+    def __init__(self, model, method):
+        labels = {"model": model, "method": method}
+        self.families = []  # a Metric works only while its MetricFamily is alive
+
+        def make(name, description, kind):
+            family = pb_utils.MetricFamily(name=name, description=description, kind=kind)
+            self.families.append(family)
+            return family.Metric(labels=labels)
+
+        counter, gauge = pb_utils.MetricFamily.COUNTER, pb_utils.MetricFamily.GAUGE
+        self.requests = make("spec_dec_requests_total", "Generation requests completed", counter)
+        self.failures = make("spec_dec_request_failures_total", "Generation requests rejected or failed", counter)
+        self.prompt_tokens = make("spec_dec_prompt_tokens_total", "Prompt tokens of accepted requests", counter)
+        self.generated = make("spec_dec_generated_tokens_total", "Tokens generated (emitted to clients)", counter)
+        self.steps = make("spec_dec_steps_total", "Verify steps (request-steps after the prefill)", counter)
+        self.drafted = make("spec_dec_draft_tokens_total", "Draft tokens proposed", counter)
+        self.accepted = make("spec_dec_accepted_tokens_total", "Draft tokens accepted by the target", counter)
+        self.draft_sum = make("spec_dec_draft_latency_seconds_sum", "Seconds spent drafting (sum over steps)",
+                              counter)
+        self.draft_count = make("spec_dec_draft_latency_seconds_count", "Steps timed for drafting", counter)
+        self.verify_sum = make("spec_dec_verify_latency_seconds_sum", "Seconds spent verifying (sum over steps)",
+                               counter)
+        self.verify_count = make("spec_dec_verify_latency_seconds_count", "Steps timed for verifying", counter)
+        self.acceptance_rate = make("spec_dec_acceptance_rate",
+                                    "Accepted / drafted tokens over the last 256 steps", gauge)
+        self.tokens_per_step = make("spec_dec_tokens_per_step",
+                                    "Tokens emitted per verify step over the last 256 steps", gauge)
+        self.recent = serving.RecentSteps(256)
+
+    def step(self, event):
+        n = len(event.tokens)
+        self.steps.increment(1)
+        self.drafted.increment(event.drafted)
+        self.accepted.increment(event.accepted)
+        self.draft_sum.increment(float(event.draft_seconds))
+        self.draft_count.increment(1)
+        self.verify_sum.increment(float(event.verify_seconds))
+        self.verify_count.increment(1)
+        rate, per_step = self.recent.add(n, event.drafted, event.accepted)
+        self.acceptance_rate.set(rate)
+        self.tokens_per_step.set(per_step)
+
+
+class Stream:
+    """One request: accumulates its counters and sends its responses from the engine's thread."""
+
+    def __init__(self, model, sender, streaming, stop):
+        self.model = model
+        self.sender = sender
+        self.streaming = streaming
+        self.stop = stop
+        self.stats = serving.StreamStats()
+        self.text = textio.ContextTracker(model.boundary)
+        self.done = False
+
+    def response(self, context, delta, final, stop_trim=0):
+        s = self.stats
+        tensors = [
+            pb_utils.Tensor("output_ids", np.asarray(delta, dtype=np.int32).reshape(1, 1, -1)),
+            pb_utils.Tensor("sequence_length", np.asarray([[len(delta)]], dtype=np.int32)),
+            pb_utils.Tensor("context_ids", np.asarray(context, dtype=np.int32).reshape(1, -1)),
+            pb_utils.Tensor("is_final", np.asarray([[final]], dtype=np.bool_)),
+            pb_utils.Tensor("stop_trim", np.asarray([[stop_trim]], dtype=np.int32)),
+            pb_utils.Tensor("acceptance_rate", np.asarray([[s.acceptance_rate]], dtype=np.float32)),
+            pb_utils.Tensor("total_accepted_draft_tokens", np.asarray([[s.accepted]], dtype=np.int32)),
+            pb_utils.Tensor("total_draft_tokens", np.asarray([[s.drafted]], dtype=np.int32)),
+            pb_utils.Tensor("num_output_tokens", np.asarray([[s.tokens]], dtype=np.int32)),
+            pb_utils.Tensor("num_steps", np.asarray([[s.steps]], dtype=np.int32)),
+        ]
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    def on_event(self, event):
+        """Called by the engine's scheduler thread once per step of this request."""
+        if self.done:
+            return
+        try:
+            self._on_event(event)
+        except Exception as exc:  # never let a send failure kill the scheduler thread
+            pb_utils.Logger.log_error(f"trtspec: request {event.request_id}: {exc}\n{traceback.format_exc()}")
+            self.fail(f"internal error: {exc}")
+
+    def _on_event(self, event):
+        s = self.stats
+        if s.events and event.tokens:  # the first event is the prefill's token, not a verify step
+            s.steps += 1
+            self.model.metrics.step(event)
+        s.events += 1
+        s.tokens += len(event.tokens)
+        s.drafted += event.drafted
+        s.accepted += event.accepted
+        self.model.metrics.generated.increment(len(event.tokens))
+        if event.finish_reason == "error":
+            self.fail(event.error or "generation failed")
+            return
+        if event.finish_reason == "cancelled":
+            self.fail("request cancelled")
+            return
+        if self.sender.is_cancelled():  # the client went away: free the engine's slot
+            self.done = True
+            self.model.engine.cancel(event.request_id)
+            self.model.metrics.failures.increment(1)
+            return
+        context, delta = self.text.push(event.tokens)
+        if event.finished:
+            trim = self.stop_trim() if event.finish_reason == "stop" else 0
+            if not self.streaming:
+                context, delta = [], self.text.tokens
+            self.sender.send(self.response(context, delta, True, trim), flags=FINAL)
+            self.done = True
+            self.model.metrics.requests.increment(1)
+        elif self.streaming and delta:
+            self.sender.send(self.response(context, delta, False))
+
+    def stop_trim(self):
+        """Characters after the start of the stop string the engine stopped on (it trims them too)."""
+        full = textio.decode(self.model.tokenizer, self.text.tokens)
+        hits = [i for i in (full.find(s) for s in self.stop) if i >= 0]
+        return len(full) - min(hits) if hits else 0
+
+    def fail(self, message):
+        self.done = True
+        self.model.metrics.failures.increment(1)
+        if self.sender.is_cancelled():
+            return
+        try:
+            self.sender.send(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message)),
+                             flags=FINAL)
+        except Exception:  # the client may be gone already
+            pass
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        if not pb_utils.using_decoupled_model_transaction_policy(config):
+            raise pb_utils.TritonModelException("tensorrt_llm (torch runtime) must be decoupled "
+                                                "(model_transaction_policy { decoupled: true })")
+        params = serving.model_parameters(config)
+        engine_dir = serving.resolve_engine_dir(args["model_repository"], params)
+        spec = serving.load_engine_spec(engine_dir)
+        if args.get("model_instance_kind") == "GPU":
+            import torch
+
+            torch.cuda.set_device(int(args.get("model_instance_device_id", 0)))
+        from trtspec.runtime import SpecEngine
+
+        self.engine = SpecEngine.from_spec(spec)
+        self.tokenizer = self.engine.tokenizer
+        self.boundary = textio.boundary_tokens(self.tokenizer)
+        self.limits = spec.limits
+        self.metrics = Metrics(spec.name, spec.method)
+
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            try:
+                ids, params, streaming = self.parse(request)
+                stream = Stream(self, sender, streaming, params.stop)
+                self.engine.submit(ids, params, stream.on_event)
+                self.metrics.prompt_tokens.increment(len(ids))
+            except Exception as exc:  # bad request (GenerationError, RequestError) or engine failure
+                self.metrics.failures.increment(1)
+                message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+                sender.send(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message)),
+                            flags=FINAL)
+        return None
+
+    def parse(self, request):
+        from trtspec.runtime import SamplingParams
+
+        ids = _input(request, "input_ids")
+        serving.check_batch(ids, "input_ids")
+        n = serving.scalar(_input(request, "input_lengths"), "input_lengths", int)
+        ids = ids.reshape(-1)[: n if n is not None else None].astype(np.int64).tolist()
+        max_tokens = serving.scalar(_input(request, "request_output_len"), "request_output_len", int)
+        serving.check_lengths(len(ids), max_tokens, self.limits.max_input_len, self.limits.max_output_len)
+        k = serving.scalar(_input(request, "num_draft_tokens"), "num_draft_tokens", int)
+        if k is not None and k < 0:
+            raise serving.RequestError(f"num_draft_tokens must be >= 0, got {k}")
+        stop = _input(request, "stop_words")
+        stop = tuple(s.decode("utf-8", errors="replace") if isinstance(s, bytes) else str(s)
+                     for s in (stop.reshape(-1) if stop is not None else ()) if s)
+        kwargs = {
+            "max_new_tokens": max_tokens,
+            "temperature": serving.scalar(_input(request, "temperature"), "temperature", float),
+            "top_k": serving.scalar(_input(request, "runtime_top_k"), "top_k", int),
+            "top_p": serving.scalar(_input(request, "runtime_top_p"), "top_p", float),
+            "seed": serving.scalar(_input(request, "seed"), "seed", int),
+            "end_id": serving.scalar(_input(request, "end_id"), "end_id", int),
+            "stop": stop,
+            "num_draft_tokens": k,
+        }
+        params = SamplingParams(**{key: v for key, v in kwargs.items() if v is not None or key == "num_draft_tokens"})
+        streaming = bool(serving.scalar(_input(request, "streaming"), "stream", bool) or False)
+        return ids, params, streaming
+
+    def finalize(self):
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.close()

@@ -1,0 +1,53 @@
+"""Builder for runtime `trtllm-llmapi`: no engine build; emits model_repository/<name>/ with the
+llmapi `tensorrt_llm` model and its `model.yaml` (speculative_config, triton_config), and records
+the HF checkpoints it points at in engines/<name>/trtspec.lock.json.
+
+`--dry-run` returns one plan step whose `shell` is the model.yaml that would be written.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from trtspec import __version__
+from trtspec.build import BuildOptions, BuildResult
+from trtspec.build.lock import LOCK_NAME, digest, read_lock, tool_versions, write_json
+from trtspec.build.trtllm_build import emit_repository
+from trtspec.convert.fingerprint import file_digests, tree_files
+from trtspec.repository.trtllm.llmapi import FLAVOUR, MODEL, render_llmapi_repository
+from trtspec.spec import Spec
+
+
+def _sources(spec: Spec) -> list[Path]:
+    dirs = [Path(spec.model.target)]
+    if spec.method == "draft-model" and spec.speculative.draft:
+        dirs.append(Path(spec.speculative.draft))
+    if spec.method == "eagle" and spec.speculative.heads:
+        dirs.append(Path(spec.speculative.heads))
+    return [f for d in dirs if d.is_dir() for f in tree_files(d)]
+
+
+def build(spec: Spec, options: BuildOptions) -> BuildResult:
+    t0 = time.perf_counter()
+    files = render_llmapi_repository(spec)
+    repo_dir = (Path(options.out_repo) / spec.name).resolve()
+    yaml_text = files[f"{MODEL}/1/model.yaml"]
+    step = {"role": "model.yaml", "argv": [], "shell": yaml_text.rstrip("\n")}
+    if options.dry_run:
+        return BuildResult(FLAVOUR, {}, str(repo_dir), None, [], [], [step], time.perf_counter() - t0, True)
+    root = (Path(options.out_engines) / spec.name).resolve()
+    lock = read_lock(root) or {}
+    prev = lock.get("sources") if lock.get("runtime") == FLAVOUR else None
+    sources = file_digests(_sources(spec), previous=prev, use_cache=not options.force)
+    repo_digest = digest(files)
+    changed = options.force or (lock.get("repository") or {}).get("digest") != repo_digest \
+        or not (repo_dir / "trtspec.repo.json").is_file()
+    if changed:
+        emit_repository(spec, files, repo_dir)
+    write_json(root / LOCK_NAME, {"lock_version": 1, "runtime": FLAVOUR, "name": spec.name, "method": spec.method,
+                                  "trtllm": {"version": spec.runtime.trtllm.version, "image": spec.runtime.trtllm.image},
+                                  "sources": sources, "repository": {"path": str(repo_dir), "digest": repo_digest},
+                                  "trtspec": __version__, "tools": tool_versions(), "spec": spec.to_dict()})
+    return BuildResult(FLAVOUR, {}, str(repo_dir), str(root / LOCK_NAME), ["repository"] if changed else [],
+                       [] if changed else ["repository"], [step], time.perf_counter() - t0, False)

@@ -1,0 +1,181 @@
+"""Builder for runtime `trtllm-engine`: convert -> plan -> trtllm-build (out of process) ->
+engines/<name>/ + trtspec.lock.json -> model_repository/<name>/ (inflight_batcher_llm).
+
+    engines/<name>/
+      checkpoints/<role>/       TensorRT-LLM checkpoints (trtspec convert), with trtspec.convert.json
+      target/, draft/           engines: config.json + rank<N>.engine (written by trtllm-build)
+      logs/<role>.log           full trtllm-build output
+      trtspec.lock.json         per engine: cache key, checkpoint digests, flags, engine file digests
+
+Only engines whose key changed are rebuilt; each builds into a staging dir and all of them
+replace the old ones only after every build succeeded, so a failure leaves the previous
+engines, lock and repository untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from trtspec import __version__
+from trtspec.build import BuildOptions, BuildResult
+from trtspec.build.lock import LOCK_NAME, atomic_dir, digest, read_lock, tool_versions, write_json
+from trtspec.build.trtllm.cache import (LOCK_VERSION, RUNTIME, checkpoint_digests, engine_digests, engine_intact,
+                                        engine_key, now)
+from trtspec.build.trtllm.memory import memory_plan
+from trtspec.build.trtllm.plan import BuildPlan, BuildStep, make_plan, tp_pp
+from trtspec.build.trtllm.runner import run_command
+from trtspec.convert import jobs_for_spec, run_job
+from trtspec.errors import BuildError, ConvertError
+from trtspec.repository.trtllm import render_engine_repository, write_files
+from trtspec.repository.trtllm.upstream import needed_files
+from trtspec.spec import Spec
+
+
+def _say(options: BuildOptions, msg: str) -> None:
+    if options.progress:
+        from rich.console import Console
+
+        Console(stderr=True).print(msg, markup=False, highlight=False, soft_wrap=True)
+
+
+def ensure_checkpoints(spec: Spec, root: Path, options: BuildOptions) -> list[str]:
+    """Convert what is missing or stale; returns the roles converted this time."""
+    converted = []
+    for job in jobs_for_spec(spec, root / "checkpoints"):
+        sources_here = Path(job.model_dir).is_dir() and (job.heads_dir is None or Path(job.heads_dir).is_dir())
+        if not sources_here and (job.out_dir / "config.json").is_file():
+            # e.g. a GPU CI job that received the converted checkpoints as an artifact
+            _say(options, f"{job.role}: HF source not here; using the converted checkpoint {job.out_dir}")
+            continue
+        if not sources_here:
+            raise ConvertError(f"{job.role}: neither the HF checkpoint ({job.model_dir}) nor a converted one "
+                               f"({job.out_dir}) exists", hint="check the spec's paths or run `trtspec convert`")
+        done = run_job(job, force=options.force, log=lambda m: _say(options, m))
+        if done.converted:
+            converted.append(job.role)
+    return converted
+
+
+def _validate_output(step: BuildStep, out: Path, spec: Spec) -> None:
+    tp, pp = tp_pp(spec, step.role)
+    missing = [n for n in ["config.json", *(f"rank{r}.engine" for r in range(tp * pp))] if not (out / n).is_file()]
+    if missing:
+        raise BuildError(f"trtllm-build for {step.role} exited 0 but {out} lacks {', '.join(missing)}",
+                         hint="check the build log; the output layout is config.json + rank<N>.engine")
+    try:
+        json.loads((out / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BuildError(f"{out}/config.json unreadable: {exc}") from None
+
+
+def _swap_in(stage: Path, final: Path) -> None:
+    old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    if final.exists():
+        os.replace(final, old)
+    try:
+        os.replace(stage, final)
+    except BaseException:
+        if old.exists():
+            os.replace(old, final)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def emit_repository(spec: Spec, files: dict[str, str], repo_dir: Path) -> None:
+    """Write the repository atomically, keeping container-provided model.py files already there."""
+    keep: dict[str, bytes] = {}
+    if repo_dir.is_dir():
+        try:
+            for _, dst in needed_files(repo_dir):
+                if dst.is_file():
+                    keep[dst.relative_to(repo_dir).as_posix()] = dst.read_bytes()
+        except Exception:  # an old or foreign repository: nothing to keep
+            keep = {}
+    with atomic_dir(repo_dir) as tmp:
+        write_files(tmp, files)
+        for rel, data in keep.items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_bytes(data)
+
+
+def _lock_data(spec: Spec, plan: BuildPlan, engines: dict[str, Any], repo: dict[str, Any]) -> dict[str, Any]:
+    return {"lock_version": LOCK_VERSION, "runtime": RUNTIME, "name": spec.name, "method": spec.method,
+            "trtllm": {"version": plan.trtllm_version, "image": plan.image},
+            "gpu": {"type": plan.gpu_type, "arch": plan.gpu_arch, "tensor_parallel": spec.gpu.tensor_parallel,
+                    "pipeline_parallel": spec.gpu.pipeline_parallel},
+            "engines": engines, "repository": repo, "trtspec": __version__, "tools": tool_versions(),
+            "spec": spec.to_dict()}
+
+
+def build(spec: Spec, options: BuildOptions) -> BuildResult:
+    t0 = time.perf_counter()
+    plan = make_plan(spec, engines_root=options.out_engines, trtllm_build=options.trtllm_build)
+    root = Path(plan.engines_dir)
+    repo_dir = (Path(options.out_repo) / spec.name).resolve()
+    steps = [s.to_dict() for s in plan.steps]
+    if options.dry_run:
+        return BuildResult(RUNTIME, {s.role: s.output_dir for s in plan.steps}, str(repo_dir), None, [], [],
+                           steps, time.perf_counter() - t0, True)
+    root.mkdir(parents=True, exist_ok=True)
+    ensure_checkpoints(spec, root, options)
+
+    lock = read_lock(root) or {}
+    previous = lock.get("engines", {}) if lock.get("runtime") == RUNTIME else {}
+    todo: list[tuple[BuildStep, str, dict]] = []
+    records: dict[str, Any] = {}
+    skipped: list[str] = []
+    for step in plan.steps:
+        rec = previous.get(step.role) or {}
+        ck = checkpoint_digests(Path(step.checkpoint_dir), rec.get("checkpoint"), use_cache=not options.force)
+        key = engine_key(step, ck, plan)
+        if (not options.force and rec.get("key") == key
+                and engine_intact(Path(step.output_dir), rec.get("engine_files"))):
+            skipped.append(step.role)
+            records[step.role] = {**rec, "checkpoint": ck,
+                                  "engine_files": engine_digests(Path(step.output_dir), rec.get("engine_files"))}
+        else:
+            todo.append((step, key, ck))
+
+    staged: dict[str, Path] = {}
+    try:
+        for step, key, ck in todo:
+            stage = Path(tempfile.mkdtemp(prefix=f".{step.role}.staging-", dir=root))
+            staged[step.role] = stage
+            run_step = step.with_output_dir(str(stage))
+            _say(options, f"building {step.role} engine: {step.shell}")
+            seconds = run_command(list(run_step.argv), label=step.role, log_path=root / "logs" / f"{step.role}.log",
+                                  timeout_s=spec.runtime.trtllm.build_timeout_s, progress=options.progress,
+                                  version=plan.trtllm_version, image=plan.image)
+            _validate_output(step, stage, spec)
+            engine_cfg = json.loads((stage / "config.json").read_text(encoding="utf-8"))
+            records[step.role] = {
+                "key": key, "dir": step.role, "checkpoint_dir": step.checkpoint_dir, "checkpoint": ck,
+                "flags": list(step.flags), "argv": list(step.argv), "built_at": now(),
+                "build_seconds": round(seconds, 3), "engine_version": engine_cfg.get("version"),
+                "fake_engine": bool(engine_cfg.get("trtspec_fake_engine")),
+            }
+    except BaseException:
+        for stage in staged.values():
+            shutil.rmtree(stage, ignore_errors=True)
+        raise
+    for role, stage in staged.items():
+        final = root / role
+        _swap_in(stage, final)
+        records[role]["engine_files"] = engine_digests(final)
+
+    memory = memory_plan(spec)
+    files = render_engine_repository(spec, engine_dirs={s.role: s.output_dir for s in plan.steps}, memory=memory)
+    repo_digest = digest(files)
+    old_repo = lock.get("repository") or {}
+    if options.force or old_repo.get("digest") != repo_digest or not (repo_dir / "trtspec.repo.json").is_file():
+        emit_repository(spec, files, repo_dir)
+    write_json(root / LOCK_NAME, _lock_data(spec, plan, {s.role: records[s.role] for s in plan.steps},
+                                            {"path": str(repo_dir), "digest": repo_digest}))
+    return BuildResult(RUNTIME, {s.role: s.output_dir for s in plan.steps}, str(repo_dir), str(root / LOCK_NAME),
+                       [s.role for s, _, _ in todo], skipped, steps, time.perf_counter() - t0, False)

@@ -1,0 +1,105 @@
+"""The server command line for a trtllm repository, to run INSIDE the Triton TRT-LLM container.
+
+`launch_command` returns the same command TensorRT-LLM's `scripts/launch_triton_server.py`
+builds (reference §3.7; TensorRT-LLM `triton_backend/scripts/launch_triton_server.py`), but as a
+foreground process the caller owns (the script itself `Popen`s and returns at once):
+
+    leader mode (world_size = TP x PP, one TRT-LLM model):
+        mpirun --allow-run-as-root -n 1 tritonserver --model-repository=R <ports>
+            --disable-auto-complete-config --backend-config=python,shm-region-prefix-name=prefix0_ :
+          -n 1 tritonserver ... --model-control-mode=explicit --load-model=tensorrt_llm ... : ...
+    draft-model (two TRT-LLM models) -> orchestrator mode, `--multi-model`:
+        env TRTLLM_ORCHESTRATOR=1 TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES=1 mpirun -n 1 tritonserver ...
+            --pinned-memory-pool-byte-size=0 --enable-peer-access=false --cuda-memory-pool-byte-size=<gpu>:0 ...
+          (the executors spawn their own TP x PP workers on `gpu_device_ids`)
+    draft-model + use_draft_logits -> fast logits: orchestrator with spawning disabled,
+        world_size = 1 + draft ranks + target ranks, `participant_ids` in the configs.
+    trtllm-llmapi -> tritonserver alone (the LLM API starts its own workers).
+
+The BLS model (draft-model) reads the other models' configs over gRPC at localhost:8001
+(`tensorrt_llm_bls/1/model.py`: model_config_api_baseurl = "localhost:8001/v2/models/"), so
+inside the container gRPC must stay on 8001 for draft-model; map it outside with `docker -p`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trtspec.errors import RepositoryError
+from trtspec.repository.trtllm.common import CONTAINER_LAUNCH
+from trtspec.repository.trtllm.engine import DRAFT, TARGET, fast_logits
+from trtspec.spec import Spec
+
+TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
+
+
+def launch_world_size(spec: Spec) -> int:
+    """MPI processes `launch_command` starts (what launch_triton_server.py calls --world_size)."""
+    if spec.runtime.kind == "trtllm-llmapi":
+        return 1
+    if spec.method == "draft-model":
+        return 1 + spec.gpu.tensor_parallel + spec.world_size if fast_logits(spec) else 1
+    return spec.world_size
+
+
+def _ports(spec: Spec, http: int | None, grpc: int | None, metrics: int | None) -> tuple[int, int, int]:
+    ports = (http if http is not None else spec.serving.http_port,
+             grpc if grpc is not None else spec.serving.grpc_port,
+             metrics if metrics is not None else spec.serving.metrics_port)
+    if 0 in ports:
+        raise RepositoryError("port 0 (pick a free one) must be resolved before building the launch command",
+                              hint="pass http_port/grpc_port/metrics_port explicitly")
+    if spec.method == "draft-model" and spec.runtime.kind == "trtllm-engine" and ports[1] != 8001:
+        raise RepositoryError(f"draft-model serving needs gRPC on port 8001 inside the container (got {ports[1]}): "
+                              "the BLS model reads model configs from localhost:8001",
+                              hint="keep grpc 8001 in the container and publish it elsewhere (docker -p)")
+    return ports
+
+
+def launch_command(spec: Spec, repo_dir: str | Path, *, tritonserver: str = TRITONSERVER,
+                   http_port: int | None = None, grpc_port: int | None = None, metrics_port: int | None = None,
+                   log_file: str | None = None) -> list[str]:
+    """argv that serves `repo_dir` (model_repository/<name>) for a trtllm runtime spec."""
+    if spec.runtime.kind not in ("trtllm-engine", "trtllm-llmapi"):
+        raise RepositoryError(f"launch_command is for the trtllm runtimes, not {spec.runtime.kind!r}")
+    http, grpc, metrics = _ports(spec, http_port, grpc_port, metrics_port)
+    repo = str(Path(repo_dir).resolve())
+    port_args = [f"--grpc-port={grpc}", f"--http-port={http}", f"--metrics-port={metrics}"]
+    log_args = ["--log-verbose=3", f"--log-file={log_file}"] if log_file else []
+    if spec.runtime.kind == "trtllm-llmapi":
+        return [tritonserver, f"--model-repository={repo}", *port_args, *log_args]
+    dtm = spec.method == "draft-model"
+    spawn = dtm and not fast_logits(spec)
+    world = launch_world_size(spec)
+    trtllm_models = [TARGET, DRAFT] if dtm else [TARGET]
+    cmd: list[str] = []
+    if dtm:
+        cmd += ["env", "TRTLLM_ORCHESTRATOR=1", f"TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES={1 if spawn else 0}"]
+    cmd += ["mpirun", "--allow-run-as-root"]
+    for rank in range(world):
+        if rank:
+            cmd.append(":")
+        cmd += ["-n", "1", tritonserver, f"--model-repository={repo}", *port_args]
+        if rank == 0:
+            cmd += log_args
+        else:
+            cmd += ["--model-control-mode=explicit", *(f"--load-model={m}" for m in trtllm_models)]
+        if spawn:
+            cmd += ["--pinned-memory-pool-byte-size=0", "--enable-peer-access=false",
+                    *(f"--cuda-memory-pool-byte-size={g}:0" for g in range(spec.gpu.count))]
+        cmd += ["--disable-auto-complete-config", f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
+    return cmd
+
+
+def launch_script_command(spec: Spec, repo_dir: str | Path) -> list[str]:
+    """The equivalent call of the container's launch_triton_server.py (returns at once; for docs/CMD)."""
+    if spec.runtime.kind != "trtllm-engine":
+        raise RepositoryError("launch_triton_server.py is for the trtllm-engine runtime")
+    cmd = ["python3", CONTAINER_LAUNCH, f"--model_repo={Path(repo_dir)}", f"--world_size={launch_world_size(spec)}",
+           f"--http_port={spec.serving.http_port}", f"--grpc_port={spec.serving.grpc_port}",
+           f"--metrics_port={spec.serving.metrics_port}"]
+    if spec.method == "draft-model":
+        cmd += ["--multi-model", f"--tensorrt_llm_model_name={TARGET},{DRAFT}"]
+        if fast_logits(spec):
+            cmd.append("--disable-spawn-processes")
+    return cmd

@@ -1,0 +1,137 @@
+"""The `trtllm-llmapi` repository: one python-backend model `tensorrt_llm` whose `1/model.yaml`
+holds the `LLM(...)` arguments, `speculative_config` included, and `triton_config`
+(reference/tensorrt-llm.md §4.3). No engine is built: the PyTorch backend loads HF checkpoints.
+
+    method        speculative_config
+    draft-model   decoding_type: Draft_Target, max_draft_len: K, speculative_model: <draft dir>
+    eagle         decoding_type: Eagle3, max_draft_len: K, speculative_model: <heads dir>  (EAGLE-3 heads only)
+    none          (none)
+    medusa        refused: the PyTorch backend does not support Medusa (TensorRT engine path only)
+    lookahead     refused: the PyTorch backend does not support Lookahead; its n-gram drafter is
+                  `NGram` (see ngram_config), which the spec has no method for yet
+
+`1/model.py` and `1/helpers.py` come from the container (/app/all_models/llmapi/tensorrt_llm/1/).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tritonclient.grpc import model_config_pb2 as mc
+
+from trtspec.errors import RepositoryError
+from trtspec.repository.trtllm import io
+from trtspec.repository.trtllm.common import CONTAINER_MODELS, add_rows, cpu_instances, render
+from trtspec.spec import Spec
+
+FLAVOUR = "trtllm-llmapi"
+MODEL = "tensorrt_llm"
+UPSTREAM_FILES = {MODEL: ["1/model.py", "1/helpers.py"]}
+REFUSED = {
+    "medusa": "the TensorRT-LLM LLM API (PyTorch backend) does not support Medusa: MedusaDecodingConfig "
+              "supports the TensorRT engine backend only",
+    "lookahead": "the TensorRT-LLM LLM API (PyTorch backend) does not support Lookahead decoding "
+                 "(LookaheadDecodingConfig is TensorRT-engine only); its n-gram drafter is NGram",
+}
+
+
+def _safetensors_keys(path: Path) -> list[str]:
+    """Tensor names from a safetensors header (no torch needed)."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    return [k for k in header if k != "__metadata__"]
+
+
+def eagle_version(heads_dir: Path) -> int:
+    """3 for an EAGLE-3 head, 1 for an EAGLE-1/2 head (by config and tensor names)."""
+    heads_dir = Path(heads_dir)
+    try:
+        cfg = json.loads((heads_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RepositoryError(f"{heads_dir}/config.json: {exc}", hint="point speculative.heads at the EAGLE head")
+    if any("eagle3" in str(a).lower() for a in cfg.get("architectures") or []):
+        return 3
+    keys: list[str] = []
+    for f in sorted(heads_dir.glob("*.safetensors")):
+        keys += _safetensors_keys(f)
+    if any(k.startswith("midlayer.") or k in ("d2t", "t2d") for k in keys):
+        return 3
+    return 1
+
+
+def speculative_config(spec: Spec) -> dict[str, Any] | None:
+    s = spec.speculative
+    if spec.method in REFUSED:
+        raise RepositoryError(f"method {spec.method!r} cannot be served by runtime 'trtllm-llmapi': "
+                              f"{REFUSED[spec.method]}", hint="use runtime.kind = \"trtllm-engine\"")
+    if spec.method == "draft-model":
+        return {"decoding_type": "Draft_Target", "max_draft_len": s.num_draft_tokens,
+                "speculative_model": str(Path(s.draft).resolve())}
+    if spec.method == "eagle":
+        if eagle_version(Path(s.heads)) != 3:
+            raise RepositoryError(
+                f"{s.heads} is an EAGLE-1/2 head; the LLM API's PyTorch backend runs EAGLE-3 only "
+                "(\"EAGLE (v1/v2) draft checkpoints are incompatible\")",
+                hint="use runtime.kind = \"trtllm-engine\" for EAGLE-1 heads, or an EAGLE-3 head here")
+        return {"decoding_type": "Eagle3", "max_draft_len": s.num_draft_tokens,
+                "speculative_model": str(Path(s.heads).resolve())}
+    return None
+
+
+def ngram_config(spec: Spec) -> dict[str, Any]:
+    """The LLM API's n-gram (prompt lookup) drafter for a lookahead-like spec: K draft tokens,
+    matching (N - 1)-grams. Not used by any spec method yet."""
+    la = spec.speculative.lookahead
+    return {"decoding_type": "NGram", "max_draft_len": spec.speculative.num_draft_tokens,
+            "max_matching_ngram_size": max(la.ngram - 1, 1), "is_keep_all": True, "is_use_oldest": True,
+            "is_public_pool": True}
+
+
+def model_yaml(spec: Spec) -> dict[str, Any]:
+    lim = spec.limits
+    data: dict[str, Any] = {
+        "model": str(Path(spec.model.target).resolve()),
+        "tokenizer": str(Path(spec.tokenizer_dir).resolve()),
+        "backend": "pytorch",
+        "dtype": spec.model.dtype,
+        "tensor_parallel_size": spec.gpu.tensor_parallel,
+        "pipeline_parallel_size": spec.gpu.pipeline_parallel,
+        "max_batch_size": lim.max_batch_size,
+        "max_input_len": lim.max_input_len,
+        "max_seq_len": lim.max_seq_len,
+        "kv_cache_config": {"free_gpu_memory_fraction": spec.runtime.trtllm.kv_cache_free_gpu_mem_fraction or 0.9},
+    }
+    sc = speculative_config(spec)
+    if sc is not None:
+        data["speculative_config"] = sc
+        if sc["decoding_type"] == "Draft_Target":
+            # "Two-model based speculation implementations do not support overlap scheduler."
+            data["disable_overlap_scheduler"] = True
+    # Batching happens inside the LLM; the python model itself takes one request at a time
+    # (upstream default, "The current implementation does not support batching").
+    data["triton_config"] = {"max_batch_size": 0, "decoupled": spec.serving.streaming}
+    return data
+
+
+def render_llmapi_repository(spec: Spec) -> dict[str, str]:
+    cfg = mc.ModelConfig(name=MODEL, backend="python")
+    cpu_instances(cfg, 1)
+    add_rows(cfg, io.LLMAPI_INPUTS, io.LLMAPI_OUTPUTS, {})
+    data = model_yaml(spec)
+    text = ("# LLM(...) arguments for TensorRT-LLM's llmapi Triton model, written by trtspec.\n"
+            "# triton_config is read by model.py; everything else is passed to tensorrt_llm.LLM.\n"
+            + yaml.safe_dump(data, sort_keys=False))
+    manifest = {
+        "flavour": FLAVOUR, "name": spec.name, "method": spec.method, "entry_model": MODEL, "models": [MODEL],
+        "upstream_files": {"source_root": f"{CONTAINER_MODELS}/llmapi", "files": UPSTREAM_FILES,
+                           "copy_from": {MODEL: [f"{CONTAINER_MODELS}/llmapi/{MODEL}/{f}"
+                                                 for f in UPSTREAM_FILES[MODEL]]},
+                           "how": "python -m trtspec.repository.trtllm.upstream <repo> (inside the container)"},
+        "trtllm_version": spec.runtime.trtllm.version,
+    }
+    return render({MODEL: cfg}, {f"{MODEL}/1/model.yaml": text}, manifest)

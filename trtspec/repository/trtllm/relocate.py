@@ -1,0 +1,92 @@
+"""Point an emitted trtllm repository at engines/tokenizer/checkpoints in another place (a
+serving image, another machine), editing the configs through the protobuf, never by text:
+
+    python -m trtspec.repository.trtllm.relocate model_repository/<name> \
+        --engines /engines/<name> --tokenizer /models/<name>/tokenizer [--checkpoints-from A --checkpoints-to B]
+
+`--engines DIR` expects DIR/target (and DIR/draft for draft-model), the layout of engines/<name>/.
+For llmapi repositories, `--checkpoints-from/--checkpoints-to` rewrite the path prefixes in model.yaml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from trtspec.errors import RepositoryError
+from trtspec.repository import pbtxt
+from trtspec.repository.trtllm.common import MANIFEST, read_manifest
+
+ENGINE_PARAM = "gpt_model_path"
+ROLE_OF = {"tensorrt_llm": "target", "tensorrt_llm_draft": "draft", "preprocessing": "target"}
+
+
+def relocate_repository(repo_dir: Path, *, engines: str | None = None, tokenizer: str | None = None,
+                        checkpoints: tuple[str, str] | None = None) -> list[str]:
+    """Rewrite path parameters; returns the files changed."""
+    repo_dir = Path(repo_dir)
+    manifest = read_manifest(repo_dir)
+    if manifest is None:
+        raise RepositoryError(f"{repo_dir}: no {MANIFEST}", hint="emit the repository with `trtspec build`")
+    changed = []
+    for model in manifest.get("models", []):
+        path = repo_dir / model / "config.pbtxt"
+        cfg = pbtxt.read_config(path)
+        before = pbtxt.to_text(cfg)
+        if engines and model in ROLE_OF and ENGINE_PARAM in cfg.parameters:
+            cfg.parameters[ENGINE_PARAM].string_value = str(Path(engines) / ROLE_OF[model])
+        if tokenizer and "tokenizer_dir" in cfg.parameters:
+            cfg.parameters["tokenizer_dir"].string_value = tokenizer
+        if pbtxt.to_text(cfg) != before:
+            path.write_text(pbtxt.to_text(cfg), encoding="utf-8")
+            changed.append(str(path))
+    yml = repo_dir / "tensorrt_llm" / "1" / "model.yaml"
+    if manifest.get("flavour") == "trtllm-llmapi" and yml.is_file() and (checkpoints or tokenizer):
+        text = yml.read_text(encoding="utf-8")
+        header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
+        data = yaml.safe_load(text)
+
+        def move(p: str) -> str:
+            if checkpoints and p.startswith(checkpoints[0]):
+                return checkpoints[1] + p[len(checkpoints[0]):]
+            return p
+        data["model"] = move(data["model"])
+        if tokenizer:
+            data["tokenizer"] = tokenizer
+        if "speculative_config" in data and "speculative_model" in data["speculative_config"]:
+            data["speculative_config"]["speculative_model"] = move(data["speculative_config"]["speculative_model"])
+        yml.write_text(header + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        changed.append(str(yml))
+    if engines:
+        manifest["engines"] = {r: str(Path(engines) / r) for r in manifest.get("engines", {})}
+    if tokenizer:
+        manifest["tokenizer_dir"] = tokenizer
+    (repo_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m trtspec.repository.trtllm.relocate", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("repo", type=Path)
+    ap.add_argument("--engines")
+    ap.add_argument("--tokenizer")
+    ap.add_argument("--checkpoints-from")
+    ap.add_argument("--checkpoints-to")
+    a = ap.parse_args(argv)
+    ck = (a.checkpoints_from, a.checkpoints_to) if a.checkpoints_from and a.checkpoints_to else None
+    try:
+        for f in relocate_repository(a.repo, engines=a.engines, tokenizer=a.tokenizer, checkpoints=ck):
+            print(f"updated {f}")
+    except RepositoryError as exc:
+        print(f"error: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
+        return 4
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -24,7 +24,7 @@ DEMO_SPECS = REPO / "examples" / "demo"
 def fam(tmp_path_factory) -> Path:
     """tiny random family: target, draft (independent), draft_near (target + noise), medusa, eagle, tokenizer."""
     root = family.build_family(tmp_path_factory.mktemp("family"))
-    family.save_noisy_copy(root / "target", root / "draft_near", noise=0.05, seed=7)
+    family.save_noisy_copy(root / "target", root / "draft_near", noise=0.01, seed=7)
     return root
 
 

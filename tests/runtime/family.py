@@ -46,12 +46,12 @@ def save_tokenizer(path: Path, vocab: int = VOCAB):
     from tokenizers import Tokenizer, models, pre_tokenizers, decoders
     from transformers import PreTrainedTokenizerFast
 
-    words = {f"w{i}": i for i in range(vocab - 1)}
-    words["</s>"] = vocab - 1
-    tok = Tokenizer(models.WordLevel(words, unk_token="w1"))
+    words = {f"w{i}": i for i in range(vocab - 2)}
+    words["<unk>"], words["</s>"] = vocab - 2, vocab - 1
+    tok = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", unk_token="w1")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", unk_token="<unk>")
     fast.save_pretrained(path)
 
 
@@ -102,23 +102,33 @@ def build_family(root: Path) -> Path:
 
 
 def write_spec(root: Path, method: str, *, k: int = 4, choices=None, batch: int = 4, adaptive: bool = True,
-               max_input_len: int = 64, max_output_len: int = 64, extra: str = "") -> Path:
-    lines = ["schema = 1", "[model]", f'name = "t-{method}"', 'target = "target"', 'dtype = "float32"',
+               max_input_len: int = 64, max_output_len: int = 64, target: str = "target", draft: str = "draft",
+               heads: str | None = None, extra: str = "") -> Path:
+    lines = ["schema = 1", "[model]", f'name = "t-{method}"', f'target = "{target}"', 'dtype = "float32"',
              "[speculative]", f'method = "{method}"', f"num_draft_tokens = {k}"]
     if method == "draft-model":
-        lines.append('draft = "draft"')
+        lines.append(f'draft = "{draft}"')
     if method in ("medusa", "eagle"):
-        lines.append(f'heads = "{method}"')
+        lines.append(f'heads = "{heads or method}"')
     if choices is not None:
         lines.append(f"choices = {json.dumps(choices)}")
     lines += ["[speculative.adaptive]", f"enabled = {'true' if adaptive else 'false'}",
               "[limits]", f"max_batch_size = {batch}", f"max_input_len = {max_input_len}",
               f"max_output_len = {max_output_len}", "[runtime]", 'kind = "torch"', 'device = "cpu"', extra]
-    name = f"{method}-{k}-{batch}-{'tree' if choices else 'chain'}-{'ad' if adaptive else 'fx'}.toml"
-    path = root / name
-    path.write_text("\n".join(lines) + "\n")
+    text = "\n".join(lines) + "\n"
+    import hashlib
+
+    path = root / f"spec-{method}-{hashlib.sha1(text.encode()).hexdigest()[:10]}.toml"
+    path.write_text(text)
     return path
 
+
+def engine(root: Path, method: str = "none", **kw):
+    """A SpecEngine for a spec written into the family dir."""
+    from trtspec.runtime import SpecEngine
+    from trtspec.spec import load_spec
+
+    return SpecEngine.from_spec(load_spec(write_spec(root, method, **kw)))
 
 def save_noisy_copy(src: Path, dst: Path, noise: float, seed: int) -> None:
     """A draft that mostly agrees with its target: the target's weights plus relative Gaussian noise."""

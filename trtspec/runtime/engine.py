@@ -1,0 +1,579 @@
+"""SpecEngine: the reference speculative-decoding runtime (torch), with continuous batching.
+
+One step for every active request at once:
+  1. choose K per request (adaptive: recent acceptance, a cap by load, fallback to plain decoding);
+  2. the drafter proposes a chain or tree per request;
+  3. the target verifies all of them in ONE forward pass: per row [pending token, draft nodes...], padded,
+     each row at its own cache length, with a causal or tree mask;
+  4. acceptance per row (sampling.py), then the row's cache length moves past the kept entries only;
+  5. the drafter commits; the new tokens go through the stop conditions and out as StepEvents.
+Requests wait in a FIFO; a finished request's row is refilled by the next one (its prompt is prefilled in a
+separate pass before it joins the step). All model state is touched by one tick at a time (`_run_lock`);
+`submit` starts one background scheduler thread, the synchronous APIs drive ticks themselves when it is not
+running.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import queue
+import threading
+import time
+import uuid
+from typing import Callable, Iterable, Iterator, Sequence
+
+import torch
+
+from trtspec.errors import GenerationError
+from trtspec.runtime.cache import chain_inputs, tree_inputs
+from trtspec.runtime.drafters import EMPTY, Draft, Drafter, make_drafter
+from trtspec.runtime.llama import Llama
+from trtspec.runtime.sampling import SamplingParams, children_of, processed_probs, sample, verify_greedy, verify_sampled
+
+
+@dataclasses.dataclass
+class StepEvent:
+    """What one step did for one request. `text` is the newly decoded text (held back while a character is
+    incomplete; the stop string is trimmed). The last event has finished=True and a finish_reason:
+    "length" | "eos" | "stop" | "cancelled" | "error" (then `error` says why)."""
+
+    request_id: str
+    tokens: list[int]
+    text: str = ""
+    drafted: int = 0
+    accepted: int = 0
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    finished: bool = False
+    finish_reason: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class GenerationResult:
+    """One finished request. steps: target verify passes after the prefill; tokens_per_step: tokens those
+    steps emitted per step (the prefill's first token excluded); acceptance_rate: accepted / drafted draft
+    tokens (a tree counts all its nodes as drafted); draft/verify seconds: the time of the steps it took part in."""
+
+    request_id: str
+    prompt_tokens: int
+    tokens: list[int]
+    text: str
+    finish_reason: str
+    steps: int
+    drafted: int
+    accepted: int
+    acceptance_rate: float
+    tokens_per_step: float
+    seconds: float
+    draft_seconds: float
+    verify_seconds: float
+    ttft_seconds: float
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveConfig:
+    enabled: bool = True
+    min_draft_tokens: int = 1
+    history: int = 8
+    fallback_acceptance: float = 0.2
+
+
+class AdaptiveK:
+    """Draft length of one request from its recent acceptance.
+
+    rate = accepted / depth of each speculative step, smoothed as an EMA over ~`history` steps. K grows by one
+    when a step accepts everything and shrinks by one when it accepts less than half, within [k_min, k_max].
+    When the EMA stays below `fallback` (after `history` steps) the request decodes plainly (K = 0) for
+    `history` steps, then probes once with k_min: a probe at or above `fallback` resumes speculation.
+    """
+
+    def __init__(self, k_max: int, cfg: AdaptiveConfig):
+        self.k_max, self.k_min = k_max, max(0, min(cfg.min_draft_tokens, k_max))
+        self.history, self.fallback = cfg.history, cfg.fallback_acceptance
+        self.alpha = 2.0 / (cfg.history + 1)
+        self.k, self.ema, self.steps, self.off, self.probing = k_max, None, 0, 0, False
+
+    def next_k(self) -> int:
+        if self.off > 0:
+            self.off -= 1
+            self.probing = self.off == 0
+            return 0
+        return self.k_min if self.probing else self.k
+
+    def update(self, k: int, accepted: int, depth: int) -> None:
+        if k == 0 or depth == 0:
+            return
+        rate = accepted / depth
+        if self.probing:
+            self.probing, self.ema, self.steps, self.k = False, rate, self.history, max(self.k_min, 1)
+        else:
+            self.ema = rate if self.ema is None else (1 - self.alpha) * self.ema + self.alpha * rate
+            self.steps += 1
+        if accepted == depth:
+            self.k = min(self.k_max, self.k + 1)
+        elif rate < 0.5:
+            self.k = max(self.k_min, self.k - 1)
+        if self.steps >= self.history and self.ema < self.fallback:
+            self.off = self.history
+
+
+def load_cap(k_max: int, active: int) -> int:
+    """Global cap on K by load (a draft_len_schedule): K at 1-2 requests, then shrinking as ~2K/(n+1)."""
+    return k_max if active <= 2 else max(1, -(-2 * k_max // (active + 1)))
+
+
+class _Request:
+    _ids = itertools.count()
+
+    def __init__(self, prompt: list[int], params: SamplingParams, on_event: Callable[[StepEvent], None],
+                 eos: frozenset[int], k_max: int, adaptive: AdaptiveConfig):
+        self.id = f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
+        self.prompt, self.params, self.on_event, self.eos = prompt, params, on_event, eos
+        self.seq: list[int] = list(prompt)
+        self.gen: torch.Generator | None = None
+        if not params.greedy:
+            self.gen = torch.Generator()
+            self.gen.manual_seed(params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little"))
+        fixed = params.num_draft_tokens
+        self.fixed_k = None if fixed is None else min(fixed, k_max)
+        self.adaptive = AdaptiveK(k_max, adaptive if fixed is None else AdaptiveConfig(enabled=False))
+        self.use_adaptive = fixed is None and adaptive.enabled
+        self.t_submit = time.perf_counter()
+        self.t_first = self.t_done = None
+        self.steps = self.drafted = self.accepted = self.step_tokens = 0
+        self.draft_s = self.verify_s = 0.0
+        self.finish_reason: str | None = None
+        self.error: BaseException | None = None
+        self.cancelled = False
+        self.text_sent = 0
+        self.stop_at: int | None = None  # char index where a stop string starts
+        self.result: GenerationResult | None = None
+        self.last_k = 0
+
+    @property
+    def generated(self) -> list[int]:
+        return self.seq[len(self.prompt):]
+
+    def uniforms(self, n: int) -> list[float]:
+        return torch.rand(n, generator=self.gen).tolist()
+
+    def choose_k(self, cap: int) -> int:
+        room = self.params.max_new_tokens - len(self.generated) - 1
+        k = self.fixed_k if self.fixed_k is not None else (
+            self.adaptive.next_k() if self.use_adaptive else self.adaptive.k_max)
+        if self.fixed_k is None:
+            k = min(k, cap)
+        self.last_k = max(0, min(k, room))
+        return self.last_k
+
+
+class SpecEngine:
+    """Speculative decoding with a target Llama and a drafter; see the module docstring."""
+
+    def __init__(self, target: Llama, drafter: Drafter | None = None, tokenizer=None, *, max_batch_size: int = 4,
+                 max_input_len: int = 512, max_output_len: int = 256, num_draft_tokens: int = 4,
+                 adaptive: AdaptiveConfig = AdaptiveConfig(), name: str = "model"):
+        self.target, self.drafter, self.tokenizer, self.name = target, drafter or Drafter(), tokenizer, name
+        self.max_batch_size, self.max_input_len, self.max_output_len = max_batch_size, max_input_len, max_output_len
+        self.adaptive = adaptive
+        # slots: prompt + output + one step's draft nodes past the end (+ the pending token)
+        self.max_seq = max_input_len + max_output_len + self.drafter.max_nodes(num_draft_tokens) + 2
+        target.set_max_seq(self.max_seq)
+        self.cache = target.new_cache(max_batch_size, self.max_seq)
+        self.drafter.setup(target, max_batch_size, self.max_seq)
+        self.k_max = self.drafter.max_draft_tokens(num_draft_tokens)
+        self.device = target.device
+        eos = set(target.cfg.eos_token_ids)
+        if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
+            eos.add(int(tokenizer.eos_token_id))
+        self.eos_ids = frozenset(eos)
+        self._active: list[_Request] = []
+        self._waiting: list[_Request] = []
+        self._cv = threading.Condition()
+        self._run_lock = threading.RLock()
+        self._thread: threading.Thread | None = None
+        self._closing = False
+
+    @classmethod
+    def from_spec(cls, spec, tokenizer=None) -> "SpecEngine":
+        """Load target, drafter and tokenizer as `spec` (trtspec.spec.Spec) says."""
+        if spec.runtime.torch.threads:
+            torch.set_num_threads(spec.runtime.torch.threads)
+        lim = spec.limits
+        target = Llama.from_dir(spec.model.target, dtype=spec.model.dtype, device=spec.runtime.device,
+                                max_seq=lim.max_seq_len, name="target")
+        if tokenizer is None:
+            os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(spec.tokenizer_dir))
+        a = spec.speculative.adaptive
+        k = 0 if spec.speculative.method == "none" else spec.speculative.num_draft_tokens
+        return cls(target, make_drafter(spec), tokenizer, max_batch_size=lim.max_batch_size,
+                   max_input_len=lim.max_input_len, max_output_len=lim.max_output_len, num_draft_tokens=k,
+                   adaptive=AdaptiveConfig(a.enabled, a.min_draft_tokens, a.history, a.fallback_acceptance),
+                   name=spec.model.name)
+
+    # ------------------------------------------------------------------------------------------------ API
+
+    def generate(self, prompt: str | Sequence[int], params: SamplingParams | None = None) -> GenerationResult:
+        return self.generate_batch([prompt], params)[0]
+
+    def generate_batch(self, prompts: Sequence[str | Sequence[int]],
+                       params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[GenerationResult]:
+        """Decode several prompts together (up to max_batch_size at once, the rest as rows free up)."""
+        plist = list(params) if isinstance(params, (list, tuple)) else [params or SamplingParams()] * len(prompts)
+        if len(plist) != len(prompts):
+            raise GenerationError(f"{len(prompts)} prompts but {len(plist)} sampling params")
+        done = threading.Event()
+        reqs: list[_Request] = []
+
+        def on_event(ev: StepEvent) -> None:
+            if ev.finished and all(r.result is not None for r in reqs):
+                done.set()
+
+        reqs.extend(self._make(self._encode(p), sp, on_event) for p, sp in zip(prompts, plist))
+        self._enqueue(reqs)
+        if self._thread_alive():  # the background thread drives; wait for our requests
+            done.wait()
+        else:
+            self._drive(done.is_set)
+        for r in reqs:
+            if r.error is not None:
+                raise r.error
+        return [r.result for r in reqs]
+
+    def stream(self, prompt: str | Sequence[int], params: SamplingParams | None = None) -> Iterator[StepEvent]:
+        """Events of one request as its steps happen (the first carries the prefill's token)."""
+        events: queue.SimpleQueue[StepEvent] = queue.SimpleQueue()
+        req = self._make(self._encode(prompt), params or SamplingParams(), events.put)
+        self._enqueue([req])
+        finished = False
+        try:
+            while True:
+                try:
+                    ev = events.get_nowait()
+                except queue.Empty:
+                    if self._thread_alive():
+                        ev = events.get()
+                    else:
+                        self._drive(lambda: not events.empty())
+                        continue
+                yield ev
+                if ev.finished:
+                    finished = True
+                    if req.error is not None:
+                        raise req.error
+                    return
+        finally:
+            if not finished:
+                self.cancel(req.id)
+                if not self._thread_alive():
+                    with self._run_lock:
+                        self._tick()
+
+    def submit(self, prompt_ids: Sequence[int], params: SamplingParams | None, on_event: Callable[[StepEvent], None]
+               ) -> str:
+        """Queue a request for the background scheduler thread; events go to on_event (called on that thread).
+        Invalid requests raise GenerationError here."""
+        req = self._make(list(prompt_ids), params or SamplingParams(), on_event)
+        self._enqueue([req])
+        with self._cv:
+            if not self._thread_alive():
+                if self._closing:
+                    raise GenerationError("the engine is closed")
+                self._thread = threading.Thread(target=self._loop, name="trtspec-scheduler", daemon=True)
+                self._thread.start()
+        return req.id
+
+    def cancel(self, request_id: str) -> None:
+        with self._cv:
+            for r in self._waiting + self._active:
+                if r.id == request_id:
+                    r.cancelled = True
+            self._cv.notify_all()
+
+    def close(self) -> None:
+        with self._cv:
+            self._closing = True
+            for r in self._waiting + self._active:
+                r.cancelled = True
+            self._cv.notify_all()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=60)
+        with self._run_lock:
+            self._tick()  # deliver the cancellations
+
+    @property
+    def num_active(self) -> int:
+        return len(self._active)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    # ------------------------------------------------------------------------------------------ requests
+
+    def _encode(self, prompt: str | Sequence[int]) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise GenerationError("this engine has no tokenizer: pass token ids")
+            return list(self.tokenizer(prompt)["input_ids"])
+        return [int(t) for t in prompt]
+
+    def _make(self, prompt: list[int], params: SamplingParams, on_event) -> _Request:
+        self._validate(prompt, params)
+        if params.end_id is None:
+            eos = self.eos_ids
+        else:
+            eos = frozenset() if params.end_id < 0 else frozenset([params.end_id])
+        return _Request(prompt, params, on_event, eos, self.k_max, self.adaptive)
+
+    def _validate(self, prompt: list[int], p: SamplingParams) -> None:
+        V = self.target.cfg.vocab_size
+        if not prompt:
+            raise GenerationError("empty prompt", hint="send at least one token")
+        if len(prompt) > self.max_input_len:
+            raise GenerationError(f"prompt has {len(prompt)} tokens, more than limits.max_input_len = "
+                                  f"{self.max_input_len}", hint="shorten the prompt or raise limits.max_input_len")
+        if not all(0 <= t < V for t in prompt):
+            raise GenerationError(f"prompt token ids must be in [0, {V})")
+        if not 0 < p.max_new_tokens <= self.max_output_len:
+            raise GenerationError(f"max_new_tokens = {p.max_new_tokens} must be in 1..{self.max_output_len} "
+                                  "(limits.max_output_len)", hint="ask for fewer tokens or raise the limit")
+        if p.temperature < 0 or p.top_k < 0 or not 0 < p.top_p <= 1:
+            raise GenerationError(f"bad sampling settings (temperature {p.temperature}, top_k {p.top_k}, "
+                                  f"top_p {p.top_p})", hint="temperature >= 0, top_k >= 0, 0 < top_p <= 1")
+        if p.num_draft_tokens is not None and not 0 <= p.num_draft_tokens <= self.k_max:
+            raise GenerationError(f"num_draft_tokens = {p.num_draft_tokens} must be in 0..{self.k_max}",
+                                  hint="the spec's speculative.num_draft_tokens is the maximum")
+        if isinstance(p.stop, str) or not all(isinstance(s, str) and s for s in p.stop):
+            raise GenerationError("stop must be a sequence of non-empty strings")
+        if p.stop and self.tokenizer is None:
+            raise GenerationError("stop strings need a tokenizer")
+
+    def _enqueue(self, reqs: list[_Request]) -> None:
+        with self._cv:
+            if self._closing:
+                raise GenerationError("the engine is closed")
+            self._waiting.extend(reqs)
+            self._cv.notify_all()
+
+    def _thread_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -------------------------------------------------------------------------------------------- driving
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._closing and not self._waiting and not self._active:
+                    self._cv.wait()
+                if self._closing:
+                    return
+            with self._run_lock:
+                self._tick()
+
+    def _drive(self, done: Callable[[], bool]) -> None:
+        while not done():
+            with self._run_lock:
+                self._tick()
+
+    def _tick(self) -> None:
+        """Cancellations, admissions (prefill), then one decode step for every active request."""
+        new: list[_Request] = []
+        try:
+            for r in [r for r in self._active if r.cancelled]:
+                self._finish(r, "cancelled")
+            with self._cv:
+                gone = [r for r in self._waiting if r.cancelled]
+                self._waiting = [r for r in self._waiting if not r.cancelled]
+                free = self.max_batch_size - len(self._active)
+                new, self._waiting = self._waiting[:free], self._waiting[free:]
+            for r in gone:
+                self._finish(r, "cancelled", active=False)
+            if new:
+                self._prefill(new)
+            if self._active:
+                self._step()
+        except Exception as exc:  # fail the requests in flight, keep the engine usable for the next ones
+            failed = list(self._active) + [r for r in new if r.result is None and r not in self._active]
+            self._active = []
+            self.cache.lengths = [0] * self.cache.batch
+            for r in failed:
+                r.error = exc
+                self._finish(r, "error", active=False)
+
+    # ---------------------------------------------------------------------------------------- the model
+
+    @torch.inference_mode()
+    def _prefill(self, reqs: list[_Request]) -> None:
+        row0, B = len(self._active), len(reqs)
+        P = [len(r.prompt) for r in reqs]
+        T = max(P)
+        tokens = torch.tensor([r.prompt + [0] * (T - len(r.prompt)) for r in reqs], device=self.device)
+        inp = chain_inputs([0] * B, T, self.device)
+        last = torch.tensor([[n - 1] for n in P], device=self.device)
+        logits, hidden = self.target.forward(self.cache, inp.positions, inp.start, inp.mask, tokens=tokens,
+                                             row0=row0, logits_at=last)
+        logits = logits[:, 0]
+        for b, r in enumerate(reqs):
+            self.cache.lengths[row0 + b] = P[b]
+            self._active.append(r)
+            self.drafter.admit(row0 + b, r, hidden[b, :P[b]])
+            r.t_first = time.perf_counter()
+        # tokens go out after admission, so that a request that ends at once frees its row the usual way
+        self._retire([r for b, r in enumerate(reqs) if self._emit(r, [self._prefill_token(logits[b], r)])])
+
+    def _prefill_token(self, logits: torch.Tensor, r: _Request) -> int:
+        if r.params.greedy:
+            return int(logits.argmax())
+        return int(sample(processed_probs(logits, r.params), r.uniforms(1)[0]))
+
+    @torch.inference_mode()
+    def _step(self) -> None:
+        reqs = self._active
+        B = len(reqs)
+        cap = load_cap(self.k_max, B)
+        ks = [r.choose_k(cap) for r in reqs]
+        t0 = time.perf_counter()
+        drafts = self.drafter.propose(reqs, ks) if any(ks) else [EMPTY] * B
+        t1 = time.perf_counter()
+        lengths = [len(r.seq) - 1 for r in reqs]
+        T = 1 + max(len(d.tokens) for d in drafts)
+        tokens = torch.tensor([[r.seq[-1]] + d.tokens + [0] * (T - 1 - len(d.tokens)) for r, d in zip(reqs, drafts)],
+                              device=self.device)
+        if all(_is_chain(d.parents) for d in drafts):
+            inp = chain_inputs(lengths, T, self.device)
+        else:
+            inp = tree_inputs(lengths, [(-1,) + tuple(p + 1 for p in d.parents) for d in drafts], self.device)
+        logits, hidden = self.target.forward(self.cache, inp.positions, inp.start, inp.mask, tokens=tokens)
+        argmax = logits.argmax(-1).tolist() if any(r.params.greedy for r in reqs) else None
+        paths, emitted = [], []
+        for b, (r, d) in enumerate(zip(reqs, drafts)):
+            kids = children_of(d.parents)
+            n = len(d.tokens) + 1
+            if r.params.greedy:
+                path, nxt = verify_greedy(argmax[b][:n], d.tokens, kids)
+            else:
+                p = processed_probs(logits[b, :n], r.params)
+                path, nxt = verify_sampled(p, d.tokens, kids, d.q, iter(r.uniforms(2 * n + 2)))
+            self.cache.keep_path(b, lengths[b], [0] + [j + 1 for j in path])
+            paths.append(path)
+            emitted.append([d.tokens[j] for j in path] + [nxt])
+        t2 = time.perf_counter()
+        self.drafter.commit(reqs, paths, hidden)
+        t3 = time.perf_counter()
+        draft_s, verify_s = (t1 - t0) + (t3 - t2), t2 - t1
+        ended = []
+        for r, d, path, new in zip(list(reqs), drafts, paths, emitted):
+            if r.use_adaptive and r.last_k:
+                r.adaptive.update(r.last_k, len(path), d.depth)
+            r.steps += 1
+            if self._emit(r, new, len(d.tokens), len(path), draft_s, verify_s, step=True):
+                ended.append(r)
+        self._retire(ended)
+
+    # -------------------------------------------------------------------------------- output & finishing
+
+    def _emit(self, r: _Request, new: list[int], drafted: int = 0, accepted: int = 0, draft_s: float = 0.0,
+              verify_s: float = 0.0, step: bool = False) -> bool:
+        """Append new tokens through the stop conditions, send the step's event; True if the request ended."""
+        out, reason = [], None
+        for t in new:
+            r.seq.append(t)
+            out.append(t)
+            if t in r.eos:
+                reason = "eos"
+            elif len(r.generated) >= r.params.max_new_tokens:
+                reason = "length"
+            if r.params.stop and self._hit_stop(r):
+                reason = "stop"
+            if reason:
+                break
+        r.drafted += drafted
+        r.accepted += accepted
+        r.draft_s += draft_s
+        r.verify_s += verify_s
+        if step:
+            r.step_tokens += len(out)
+        r.finish_reason = reason
+        ev = StepEvent(r.id, out, self._new_text(r, final=reason is not None), drafted, accepted, draft_s, verify_s,
+                       finished=reason is not None, finish_reason=reason)
+        if reason:
+            self._result(r)
+        self._send(r, ev)
+        return reason is not None
+
+    def _hit_stop(self, r: _Request) -> bool:
+        text = self.tokenizer.decode(r.generated, skip_special_tokens=True)
+        hits = [i for i in (text.find(s) for s in r.params.stop) if i >= 0]
+        if hits:
+            r.stop_at = min(hits)
+        return bool(hits)
+
+    def _new_text(self, r: _Request, final: bool) -> str:
+        if self.tokenizer is None:
+            return ""
+        text = self.tokenizer.decode(r.generated, skip_special_tokens=True)
+        if r.stop_at is not None:
+            text = text[: r.stop_at]
+        if not final and text.endswith("\ufffd"):
+            return ""
+        new, r.text_sent = text[r.text_sent:], max(r.text_sent, len(text))
+        return new
+
+    def _result(self, r: _Request) -> None:
+        r.t_done = time.perf_counter()
+        text = ""
+        if self.tokenizer is not None and r.finish_reason not in ("cancelled", "error"):
+            text = self.tokenizer.decode(r.generated, skip_special_tokens=True)
+            if r.stop_at is not None:
+                text = text[: r.stop_at]
+        r.result = GenerationResult(
+            request_id=r.id, prompt_tokens=len(r.prompt), tokens=list(r.generated), text=text,
+            finish_reason=r.finish_reason or "error", steps=r.steps, drafted=r.drafted, accepted=r.accepted,
+            acceptance_rate=r.accepted / r.drafted if r.drafted else 0.0,
+            tokens_per_step=r.step_tokens / r.steps if r.steps else 0.0,
+            seconds=r.t_done - r.t_submit, draft_seconds=r.draft_s, verify_seconds=r.verify_s,
+            ttft_seconds=(r.t_first or r.t_done) - r.t_submit)
+
+    def _send(self, r: _Request, ev: StepEvent) -> None:
+        try:
+            r.on_event(ev)
+        except Exception:  # a failing consumer cancels its own request, not the engine
+            r.cancelled = True
+
+    def _retire(self, ended: list[_Request]) -> None:
+        """Free the rows of finished requests, keeping active rows dense (the last row moves into the hole)."""
+        for i in sorted((self._active.index(r) for r in ended if r in self._active), reverse=True):
+            last = len(self._active) - 1
+            if i != last:
+                self.cache.move_row(last, i)
+                self.drafter.move_row(last, i)
+                self._active[i] = self._active[last]
+            else:
+                self.cache.lengths[i] = 0
+            self._active.pop()
+
+    def _finish(self, r: _Request, reason: str, active: bool = True) -> None:
+        r.finish_reason = reason
+        self._result(r)
+        self._send(r, StepEvent(r.id, [], "", finished=True, finish_reason=reason,
+                                error=None if r.error is None else f"{type(r.error).__name__}: {r.error}"))
+        if active and r in self._active:
+            self._retire([r])
+
+
+def _is_chain(parents: tuple[int, ...]) -> bool:
+    return all(p == i - 1 for i, p in enumerate(parents))

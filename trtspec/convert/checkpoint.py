@@ -59,13 +59,14 @@ class ConvertJob:
                 "max_draft_len": self.max_draft_len, "num_eagle_layers": self.num_eagle_layers,
                 "max_non_leaves_per_layer": self.max_non_leaves_per_layer, "converter": CONVERTER_VERSION}
 
-    def source_files(self) -> list[Path]:
-        files = [self.model_dir / "config.json", *hf.weight_files(self.model_dir)]
+    def source_files(self) -> dict[str, list[Path]]:
+        """Files conversion reads, per source dir ("model", "heads")."""
+        files = {"model": [self.model_dir / "config.json", *hf.weight_files(self.model_dir)]}
         index = self.model_dir / "model.safetensors.index.json"
         if index.is_file():
-            files.append(index)
+            files["model"].append(index)
         if self.heads_dir is not None:
-            files += [self.heads_dir / "config.json", *hf.weight_files(self.heads_dir)]
+            files["heads"] = [self.heads_dir / "config.json", *hf.weight_files(self.heads_dir)]
         return files
 
 
@@ -150,7 +151,15 @@ def _config_and_ranks(job: ConvertJob) -> tuple[dict[str, Any], Callable[[int, i
 
 def fingerprint(job: ConvertJob, previous: dict[str, Any] | None = None, use_cache: bool = True
                 ) -> tuple[str, dict[str, Any]]:
-    files = file_digests(job.source_files(), previous=(previous or {}).get("sources"), use_cache=use_cache)
+    """Digest of the sources' CONTENT (keys relative to each source dir, so the same checkpoint
+    checked out elsewhere, e.g. in another CI job, has the same fingerprint) and the options."""
+    old = (previous or {}).get("sources") or {}
+    files: dict[str, Any] = {}
+    for label, paths in job.source_files().items():
+        root = job.model_dir if label == "model" else job.heads_dir
+        prev = {k.split("/", 1)[1]: v for k, v in old.items() if k.startswith(label + "/")}
+        for k, v in file_digests(paths, root=root, previous=prev, use_cache=use_cache).items():
+            files[f"{label}/{k}"] = v
     return digest({"sources": content_only(files), "options": job.options()}), files
 
 

@@ -139,7 +139,8 @@ def llm_parameters(spec: Spec, role: str, engine_dir: str, tokenizer_dir: str, m
         "executor_worker_path": EXECUTOR_WORKER,
         "gpu_weights_percent": "1.0",
         "enable_context_fmha_fp32_acc": "false",
-        "multi_block_mode": "true",
+        # TensorRT-LLM's own runner turns multi-block mode off for Medusa and EAGLE (unsupported there)
+        "multi_block_mode": _bool(spec.method not in ("medusa", "eagle")),
         "cuda_graph_mode": "false",
         "cuda_graph_cache_size": "0",
         "speculative_decoding_fast_logits": _bool(fast_logits(spec)),

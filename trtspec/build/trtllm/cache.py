@@ -120,3 +120,49 @@ def check_engine_compat(engine_dir: str | Path, server_trtllm_version: str) -> l
             if rec.get("engine_files") and not engine_intact(d, rec["engine_files"]):
                 problems.append(f"{role}: engine files differ from {LOCK_NAME}; rebuild with `trtspec build`")
     return problems
+
+
+# ----------------------------------------------------------------------- CI helper
+
+
+def spec_engine_keys(spec, engines_root: Path = Path("engines")) -> dict[str, str]:
+    """{role: engine cache key} for a spec whose checkpoints are already converted (CPU only):
+    CI computes it after `trtspec convert` to key its engine cache (see ci/)."""
+    from trtspec.build.trtllm.plan import make_plan
+
+    plan = make_plan(spec, engines_root=engines_root)
+    keys = {}
+    for step in plan.steps:
+        ckpt = Path(step.checkpoint_dir)
+        if not (ckpt / "config.json").is_file():
+            raise FileNotFoundError(f"{ckpt} has no converted checkpoint; run `trtspec convert` first")
+        keys[step.role] = engine_key(step, checkpoint_digests(ckpt), plan)
+    return keys
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m trtspec.build.trtllm.cache -c SPEC [--out-engines DIR]` prints
+    `name=<name>` and `engine_key=<sha256 over every engine key>` (a dotenv / $GITHUB_OUTPUT line)."""
+    import argparse
+    import sys
+
+    from trtspec.errors import TrtspecError
+    from trtspec.spec import load_spec
+
+    ap = argparse.ArgumentParser(prog="python -m trtspec.build.trtllm.cache")
+    ap.add_argument("-c", "--config", default="trtspec.toml")
+    ap.add_argument("--out-engines", default="engines")
+    args = ap.parse_args(argv)
+    try:
+        spec = load_spec(args.config)
+        keys = spec_engine_keys(spec, Path(args.out_engines))
+    except (TrtspecError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"name={spec.name}")
+    print(f"engine_key={digest(keys)}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

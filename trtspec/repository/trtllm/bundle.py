@@ -1,0 +1,117 @@
+"""Assemble the docker build context of a serving image (ci/Dockerfile):
+
+    python -m trtspec.repository.trtllm.bundle -c trtspec.toml --out bundle/
+
+    bundle/engines/<name>/{target,draft}/   engines (trtllm-engine), no checkpoints or logs
+    bundle/checkpoints/<name>/<role>/       HF checkpoints (trtllm-llmapi loads them itself)
+    bundle/tokenizer/<name>/                tokenizer files
+    bundle/models/<name>/                   the repository, re-pointed at the paths above in the image
+    bundle/launch.sh                        `exec` of launch_command(...) for the image's CMD
+    bundle/bundle.json                      what is where
+
+NVIDIA's python model.py files are NOT in the bundle: the Dockerfile copies them from the
+base image (/app/all_models/...), which is the same container that serves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+import yaml
+
+from trtspec.errors import RepositoryError, TrtspecError
+from trtspec.repository.trtllm.common import read_manifest
+from trtspec.repository.trtllm.launch import launch_command
+from trtspec.repository.trtllm.relocate import relocate_repository
+from trtspec.spec import Spec
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def _copy_tokenizer(src: Path, dst: Path) -> None:
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in sorted(Path(src).iterdir()):
+        if f.is_file() and not f.name.endswith(WEIGHT_SUFFIXES) and not f.name.endswith(".index.json"):
+            shutil.copy2(f, dst / f.name)
+
+
+def bundle(spec: Spec, out: Path, *, engines_root: Path = Path("engines"), repo_root: Path = Path("model_repository"),
+           image_root: str = "/opt/trtspec") -> Path:
+    out = Path(out)
+    repo_src = Path(repo_root) / spec.name
+    manifest = read_manifest(repo_src)
+    if manifest is None:
+        raise RepositoryError(f"{repo_src}: no emitted repository", hint="run `trtspec build` first")
+    if out.exists():
+        shutil.rmtree(out)
+    name = spec.name
+    img = Path(image_root)
+    repo_dst = out / "models" / name
+    shutil.copytree(repo_src, repo_dst)
+    _copy_tokenizer(Path(spec.tokenizer_dir), out / "tokenizer" / name)
+    tok_img = str(img / "tokenizer" / name)
+    where: dict[str, str] = {"repository": str(img / "models" / name), "tokenizer": tok_img}
+    if manifest["flavour"] == "trtllm-engine":
+        for role in manifest["engines"]:
+            src = Path(engines_root) / name / role  # not the recorded path: artifacts move between jobs
+            if not (src / "config.json").is_file():
+                raise RepositoryError(f"engine {role} missing at {src}", hint="run `trtspec build` first")
+            shutil.copytree(src, out / "engines" / name / role)
+        relocate_repository(repo_dst, engines=str(img / "engines" / name), tokenizer=tok_img)
+        where["engines"] = str(img / "engines" / name)
+    else:
+        yml = repo_dst / "tensorrt_llm" / "1" / "model.yaml"
+        text = yml.read_text(encoding="utf-8")
+        header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
+        data = yaml.safe_load(text)
+        dirs = {"target": Path(spec.model.target)}  # this machine's paths, from the spec
+        sc = data.get("speculative_config") or {}
+        if "speculative_model" in sc:
+            dirs["speculative"] = Path(spec.speculative.draft if spec.method == "draft-model" else spec.speculative.heads)
+        for role, src in dirs.items():
+            shutil.copytree(src, out / "checkpoints" / name / role)
+        data["model"] = str(img / "checkpoints" / name / "target")
+        data["tokenizer"] = tok_img
+        if "speculative_model" in sc:
+            sc["speculative_model"] = str(img / "checkpoints" / name / "speculative")
+        yml.write_text(header + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        where["checkpoints"] = str(img / "checkpoints" / name)
+    cmd = launch_command(spec, where["repository"])
+    (out / "launch.sh").write_text("#!/usr/bin/env bash\n# written by trtspec: serves " + name + "\nexec "
+                                   + shlex.join(cmd) + "\n", encoding="utf-8")
+    (out / "launch.sh").chmod(0o755)
+    (out / "bundle.json").write_text(json.dumps({"name": name, "flavour": manifest["flavour"],
+                                                 "entry_model": manifest.get("entry_model"), "paths": where,
+                                                 "upstream_files": manifest.get("upstream_files"),
+                                                 "launch": cmd}, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from trtspec.spec import load_spec
+
+    ap = argparse.ArgumentParser(prog="python -m trtspec.repository.trtllm.bundle", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-c", "--config", default="trtspec.toml")
+    ap.add_argument("--out", default="bundle", type=Path)
+    ap.add_argument("--out-engines", default="engines", type=Path)
+    ap.add_argument("--out-repo", default="model_repository", type=Path)
+    ap.add_argument("--image-root", default="/opt/trtspec")
+    a = ap.parse_args(argv)
+    try:
+        path = bundle(load_spec(a.config), a.out, engines_root=a.out_engines, repo_root=a.out_repo,
+                      image_root=a.image_root)
+    except TrtspecError as exc:
+        print(f"error: {exc.message}" + (f"\nhint: {exc.hint}" if exc.hint else ""), file=sys.stderr)
+        return 4
+    print(f"bundle written to {path}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -85,7 +85,9 @@ class MemoryPlan:
 
     def rows(self) -> list[dict[str, str]]:
         def gb(n: int | None) -> str:
-            return "-" if n is None else f"{n / GiB:.2f} GiB"
+            if n is None:
+                return "-"
+            return f"{n / GiB:.2f} GiB" if n >= GiB else f"{n / MiB:.1f} MiB"
         return [{"model": m.triton_model, "role": m.role, "params": f"{m.params / 1e6:.1f}M",
                  "weights/GPU": gb(m.weights_bytes), "KV/token/GPU": f"{m.kv_bytes_per_token / 1024:.1f} KiB",
                  "runtime/GPU": gb(m.runtime_bytes), "GPUs": ",".join(map(str, m.devices)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from trtspec.errors import ModelError
@@ -43,7 +44,10 @@ class CheckReport:
                 "memory_plan": plan, "notes": self.notes}
 
 
-def run_check(spec: Spec, models: bool = True) -> CheckReport:
+def run_check(spec: Spec, models: bool = True, engines: Path | None = Path("engines"),
+              server_version: str | None = None) -> CheckReport:
+    """Everything `trtspec check` reports. `server_version` is the TensorRT-LLM version of the
+    serving container (default: runtime.trtllm.version of the spec)."""
     problems = [str(p) for p in check_paths(spec)] if models else []
     report = CheckReport(spec=spec, problems=problems)
     if models and not problems:
@@ -57,15 +61,25 @@ def run_check(spec: Spec, models: bool = True) -> CheckReport:
         report.pair = pair.to_dict()
         report.problems.extend(str(p) for p in pair.problems)
     if spec.runtime.kind != "torch":
-        _gpu_checks(spec, report, models)
+        _gpu_checks(spec, report, models, engines, server_version)
     return report
 
 
-def _gpu_checks(spec: Spec, report: CheckReport, models: bool) -> None:
-    """Memory plan and engine/server version compatibility for the TensorRT-LLM runtimes."""
-    try:
-        from trtspec.build.trtllm import memory_plan  # written with the trtllm-engine runtime
-    except ImportError:
-        return
+def _gpu_checks(spec: Spec, report: CheckReport, models: bool, engines: Path | None,
+                server_version: str | None) -> None:
+    """Memory plan, and engine/server TensorRT-LLM version compatibility (trtllm-engine)."""
     if models and not report.problems:
-        report.memory_plan = memory_plan(spec)
+        from trtspec.build.trtllm.memory import memory_plan
+
+        plan = memory_plan(spec)
+        if plan.ok:
+            report.memory_plan = "\n".join(plan.lines())
+        report.problems.extend(f"memory plan: {p}" for p in plan.problems)
+    if spec.runtime.kind == "trtllm-engine" and engines is not None:
+        engine_dir = Path(engines) / spec.name
+        if engine_dir.is_dir():
+            from trtspec.build.trtllm.cache import check_engine_compat
+
+            version = server_version or spec.runtime.trtllm.version
+            report.notes.append(f"engines {engine_dir} checked against TensorRT-LLM {version} on the server")
+            report.problems.extend(f"engine/server mismatch: {p}" for p in check_engine_compat(engine_dir, version))

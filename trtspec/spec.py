@@ -250,9 +250,10 @@ def _meaning_problems(spec: Spec) -> list[Problem]:
         p.append(Problem("gpu.count", gpu.count,
                          f"tensor_parallel x pipeline_parallel = {spec.world_size} GPUs are needed",
                          f"set gpu.count >= {spec.world_size}"))
-    if rt.kind == "trtllm-llmapi" and s.method in ("medusa", "lookahead"):
+    if rt.kind == "trtllm-llmapi" and s.method == "medusa":
         p.append(Problem("speculative.method", s.method, "the TensorRT-LLM LLM API (PyTorch backend) does not support it",
-                         "use runtime.kind = \"trtllm-engine\", or method draft-model, eagle or lookahead (n-gram)"))
+                         "use runtime.kind = \"trtllm-engine\", or method draft-model, eagle or lookahead "
+                         "(served as the LLM API's NGram drafter)"))
     if s.method == "eagle" and gpu.pipeline_parallel > 1 and rt.kind == "trtllm-engine":
         p.append(Problem("gpu.pipeline_parallel", gpu.pipeline_parallel, "EAGLE does not support pipeline parallelism",
                          "set pipeline_parallel = 1"))

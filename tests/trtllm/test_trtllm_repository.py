@@ -277,13 +277,13 @@ def test_llmapi_eagle_needs_an_eagle3_head(make_spec, workdir):
     assert sc == {"decoding_type": "Eagle3", "max_draft_len": 4, "speculative_model": str((workdir / "eagle").resolve())}
 
 
-def test_llmapi_refuses_medusa_and_lookahead_with_the_reason(make_spec):
-    for method in ("medusa", "lookahead"):
-        spec = make_spec(method)  # a trtllm-engine spec; the llmapi mapping still refuses the method
-        with pytest.raises(RepositoryError, match="PyTorch backend"):
-            speculative_config(spec)
+def test_llmapi_refuses_medusa_and_maps_lookahead_to_ngram(make_spec):
+    spec = make_spec("medusa")  # a trtllm-engine spec; the llmapi mapping still refuses the method
+    with pytest.raises(RepositoryError, match="PyTorch backend"):
+        speculative_config(spec)
     ng = ngram_config(make_spec("lookahead"))
     assert ng["decoding_type"] == "NGram" and ng["max_matching_ngram_size"] == 2
+    assert speculative_config(make_spec("lookahead")) == ng
 
 
 def test_no_config_is_written_from_a_template():

@@ -32,15 +32,23 @@ def init(path: str, force: bool) -> None:
 @config_option
 @json_option
 @click.option("--no-models", is_flag=True, help="Validate the spec only; do not open the checkpoints.")
-def check(config: str, as_json: bool, no_models: bool) -> None:
+@click.option("--engines", default="engines", show_default=True, envvar="TRTSPEC_ENGINES",
+              type=click.Path(file_okay=False), help="Where built engines are (trtllm-engine version check).")
+@click.option("--server-trtllm-version", envvar="TRTSPEC_SERVER_TRTLLM_VERSION",
+              help="TensorRT-LLM version of the serving container (default: runtime.trtllm.version); "
+                   "engines built with another version are refused.")
+def check(config: str, as_json: bool, no_models: bool, engines: str, server_trtllm_version: str | None) -> None:
     """Validate the spec and (unless --no-models) the model pair.
 
     Exits non-zero with every problem listed, one per line, each naming the key and the fix.
+    For the TensorRT-LLM runtimes it also prints the GPU memory plan (weights + KV cache per
+    model) and refuses engines built with a TensorRT-LLM version other than the server's.
     """
     from trtspec.check import run_check
 
     try:
-        report = run_check(load_spec(config), models=not no_models)
+        report = run_check(load_spec(config), models=not no_models, engines=Path(engines),
+                           server_version=server_trtllm_version)
     except SpecError as exc:
         if as_json:
             click.echo(json.dumps({"ok": False, "problems": exc.problems or [exc.message]}, indent=2))

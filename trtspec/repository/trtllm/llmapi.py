@@ -7,8 +7,8 @@ holds the `LLM(...)` arguments, `speculative_config` included, and `triton_confi
     eagle         decoding_type: Eagle3, max_draft_len: K, speculative_model: <heads dir>  (EAGLE-3 heads only)
     none          (none)
     medusa        refused: the PyTorch backend does not support Medusa (TensorRT engine path only)
-    lookahead     refused: the PyTorch backend does not support Lookahead; its n-gram drafter is
-                  `NGram` (see ngram_config), which the spec has no method for yet
+    lookahead     decoding_type: NGram (prompt-lookup n-gram drafting, the PyTorch backend's training-free
+                  drafter; LookaheadDecodingConfig itself is TensorRT-engine only), see ngram_config
 
 `1/model.py` and `1/helpers.py` come from the container (/app/all_models/llmapi/tensorrt_llm/1/).
 """
@@ -34,8 +34,6 @@ UPSTREAM_FILES = {MODEL: ["1/model.py", "1/helpers.py"]}
 REFUSED = {
     "medusa": "the TensorRT-LLM LLM API (PyTorch backend) does not support Medusa: MedusaDecodingConfig "
               "supports the TensorRT engine backend only",
-    "lookahead": "the TensorRT-LLM LLM API (PyTorch backend) does not support Lookahead decoding "
-                 "(LookaheadDecodingConfig is TensorRT-engine only); its n-gram drafter is NGram",
 }
 
 
@@ -72,6 +70,8 @@ def speculative_config(spec: Spec) -> dict[str, Any] | None:
     if spec.method == "draft-model":
         return {"decoding_type": "Draft_Target", "max_draft_len": s.num_draft_tokens,
                 "speculative_model": str(Path(s.draft).resolve())}
+    if spec.method == "lookahead":
+        return ngram_config(spec)
     if spec.method == "eagle":
         if eagle_version(Path(s.heads)) != 3:
             raise RepositoryError(
@@ -85,7 +85,7 @@ def speculative_config(spec: Spec) -> dict[str, Any] | None:
 
 def ngram_config(spec: Spec) -> dict[str, Any]:
     """The LLM API's n-gram (prompt lookup) drafter for a lookahead-like spec: K draft tokens,
-    matching (N - 1)-grams. Not used by any spec method yet."""
+    matching (N - 1)-grams. Method `lookahead` maps to it under the LLM API."""
     la = spec.speculative.lookahead
     return {"decoding_type": "NGram", "max_draft_len": spec.speculative.num_draft_tokens,
             "max_matching_ngram_size": max(la.ngram - 1, 1), "is_keep_all": True, "is_use_oldest": True,

@@ -19,6 +19,12 @@ from trtspec.runtime.drafters import NgramDrafter, tree_from_choices, trie
 TREE = [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]
 
 
+@pytest.fixture(autouse=True)
+def full_precision_drafters(monkeypatch):
+    """Compare against the float32 formulas exactly (drafters may run in bf16 on CPU otherwise)."""
+    monkeypatch.setenv("TRTSPEC_DRAFT_DTYPE", "float32")
+
+
 def record(eng):
     """Log (sequence, draft) of every proposal the engine's drafter makes."""
     log, orig = [], eng.drafter.propose

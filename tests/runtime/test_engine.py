@@ -222,7 +222,12 @@ def test_sampled_end_to_end_check_catches_a_broken_residual(tiny_vocab, monkeypa
     assert chi2_z(counts, _first_tokens_exact(eng.target, [1, 2, 3], sp)) > 8.0
 
 
-def test_sampled_batched_equals_single_with_seeds(fam, prompts):
+def test_sampled_batched_equals_single_with_seeds(fam, prompts, monkeypatch):
+    """Seeded sampling does not depend on the batch: each request draws from its own generator, exactly as
+    many numbers per step as its own K needs. (With bf16 drafter weights, batched and single GEMMs round
+    differently, which can move a draft sample across a bucket edge: both outputs are exact samples, but not
+    the same one. So this runs the drafter in float32.)"""
+    monkeypatch.setenv("TRTSPEC_DRAFT_DTYPE", "float32")
     eng = engine(fam, "draft-model", draft="draft_near")
     sps = [SamplingParams(max_new_tokens=30, temperature=0.8, top_p=0.9, seed=i, num_draft_tokens=3)
            for i in range(len(prompts))]

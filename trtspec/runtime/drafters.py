@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from trtspec.errors import ModelError
 from trtspec.runtime.cache import KVCache, StepInputs, chain_inputs
-from trtspec.runtime.llama import Llama, LlamaConfig, layer_from_hf, load_safetensors, read_json
+from trtspec.runtime.llama import Linear, Llama, LlamaConfig, draft_dtype, load_safetensors, read_json
 from trtspec.runtime.sampling import SamplingParams, processed_probs, sample
 
 
@@ -116,12 +116,14 @@ class DraftModelDrafter(Drafter):
 
     name = "draft-model"
 
-    def __init__(self, path: str | Path, dtype: str = "float32", device: str = "cpu"):
+    def __init__(self, path: str | Path, dtype: str = "float32", device: str = "cpu", weight_dtype: torch.dtype | None = None):
         self.path, self.dtype, self.device = Path(path), dtype, device
+        self.weight_dtype = weight_dtype or draft_dtype(dtype, device)
 
     def setup(self, target: Llama, max_batch: int, max_seq: int) -> None:
         super().setup(target, max_batch, max_seq)
-        self.model = Llama.from_dir(self.path, dtype=self.dtype, device=self.device, max_seq=max_seq, name="draft")
+        self.model = Llama.from_dir(self.path, dtype=self.dtype, device=self.device, max_seq=max_seq, name="draft",
+                                    weight_dtype=self.weight_dtype)
         self.cache = self.model.new_cache(max_batch, max_seq)
         self.vocab = target.cfg.vocab_size
         self._fed: list[int] = []
@@ -195,8 +197,9 @@ class MedusaDrafter(Drafter):
 
     name = "medusa"
 
-    def __init__(self, path: str | Path, choices: list[list[int]] | None = None, device: str = "cpu"):
-        self.path, self.choices, self.device = Path(path), choices, device
+    def __init__(self, path: str | Path, choices: list[list[int]] | None = None, device: str = "cpu",
+                 weight_dtype: torch.dtype | None = None):
+        self.path, self.choices, self.device, self.weight_dtype = Path(path), choices, device, weight_dtype
 
     def setup(self, target: Llama, max_batch: int, max_seq: int) -> None:
         super().setup(target, max_batch, max_seq)
@@ -211,23 +214,26 @@ class MedusaDrafter(Drafter):
             if key in cfg and int(cfg[key]) != want:
                 raise ModelError(f"medusa heads: {key} {cfg[key]} != the target's {want}")
         w = load_safetensors(self.path, "medusa_lm_head.safetensors")
-        dt = target.dtype
+        dt = self.weight_dtype or draft_dtype(target.dtype, self.device)
 
         def get(key: str) -> torch.Tensor:
             if key not in w:
                 raise ModelError(f"medusa heads: missing tensor {key!r}")
             return w[key].to(device=self.device, dtype=dt)
 
-        self.W = [torch.stack([get(f"{h}.{layer}.linear.weight") for h in range(nh)]) for layer in range(nl)]
-        self.b = [torch.stack([get(f"{h}.{layer}.linear.bias") for h in range(nh)]) for layer in range(nl)]
-        self.L = torch.stack([get(f"{h}.{nl}.weight") for h in range(nh)])  # [heads, V, H]
-        if tuple(self.L.shape[1:]) != (V, H):
-            raise ModelError(f"medusa heads: lm head shape {tuple(self.L.shape[1:])} != (vocab {V}, hidden {H})")
+        # layer 0 of all heads reads the same f: one fused linear; later layers and the LM heads per head
+        self.first = Linear(torch.cat([get(f"{h}.0.linear.weight") for h in range(nh)]),
+                            torch.cat([get(f"{h}.0.linear.bias") for h in range(nh)]), single_row=True)
+        self.rest = [[Linear(get(f"{h}.{layer}.linear.weight"), get(f"{h}.{layer}.linear.bias"), single_row=True)
+                      for h in range(nh)] for layer in range(1, nl)]
+        self.heads = [Linear(get(f"{h}.{nl}.weight"), single_row=True) for h in range(nh)]
+        if tuple(self.heads[0].w.shape) != (V, H):
+            raise ModelError(f"medusa heads: lm head shape {tuple(self.heads[0].w.shape)} != (vocab {V}, hidden {H})")
         self.num_heads = nh
         self.tree = tree_from_choices(self.choices) if self.choices else None
         if self.tree and max(d for _, _, d in self.tree) > nh:
             raise ModelError(f"medusa: the choices tree is deeper than the {nh} heads")
-        self.last = torch.zeros(max_batch, H, device=self.device, dtype=dt)
+        self.last = torch.zeros(max_batch, H, device=self.device, dtype=target.dtype)
 
     def max_draft_tokens(self, k: int) -> int:
         return min(k, len(self.tree)) if self.tree else min(k, self.num_heads)
@@ -239,11 +245,12 @@ class MedusaDrafter(Drafter):
         self.last[dst] = self.last[src]
 
     def head_logits(self, f: torch.Tensor, heads: int) -> torch.Tensor:
-        """f [B, H] -> logits [heads, B, V]."""
-        x = f[None].expand(heads, -1, -1)
-        for W, b in zip(self.W, self.b):
-            x = x + F.silu(torch.baddbmm(b[:heads, None, :], x, W[:heads].transpose(1, 2)))
-        return torch.bmm(x, self.L[:heads].transpose(1, 2))
+        """f [B, H] -> logits [heads, B, V] of the first `heads` heads."""
+        B, H = f.shape
+        x = (f[:, None, :] + F.silu(self.first(f).view(B, self.num_heads, H)))[:, :heads]
+        for layer in self.rest:
+            x = torch.stack([x[:, h] + F.silu(layer[h](x[:, h])) for h in range(heads)], 1)
+        return torch.stack([self.heads[h](x[:, h]) for h in range(heads)])
 
     def propose(self, rows: list[Row], ks: list[int]) -> list[Draft]:
         K, B = max(ks), len(rows)
@@ -275,8 +282,9 @@ class EagleDrafter(Drafter):
 
     name = "eagle"
 
-    def __init__(self, path: str | Path, choices: list[list[int]] | None = None, device: str = "cpu"):
-        self.path, self.choices, self.device = Path(path), choices, device
+    def __init__(self, path: str | Path, choices: list[list[int]] | None = None, device: str = "cpu",
+                 weight_dtype: torch.dtype | None = None):
+        self.path, self.choices, self.device, self.weight_dtype = Path(path), choices, device, weight_dtype
 
     def setup(self, target: Llama, max_batch: int, max_seq: int) -> None:
         super().setup(target, max_batch, max_seq)
@@ -288,15 +296,18 @@ class EagleDrafter(Drafter):
                                  hint="the EAGLE head must be trained for this target")
         w = load_safetensors(self.path)
         w = {k.removeprefix("model."): v for k, v in w.items()}
-        dt = target.dtype
+        dt, wdt = target.dtype, self.weight_dtype or draft_dtype(target.dtype, self.device)
         if "fc.weight" not in w:
             raise ModelError(f"{self.path}: eagle head has no fc.weight")
-        self.fc_w = w["fc.weight"].to(device=self.device, dtype=dt)
-        self.fc_b = w["fc.bias"].to(device=self.device, dtype=dt) if "fc.bias" in w else None
+        self.fc = Linear(w["fc.weight"].to(device=self.device, dtype=dt),
+                         w["fc.bias"].to(device=self.device, dtype=dt) if "fc.bias" in w else None, dtype=wdt)
         cfg = dataclasses.replace(cfg, num_layers=1, rope_theta=t.rope_theta, rope_scaling=t.rope_scaling,
                                   max_position_embeddings=t.max_position_embeddings)
         self.net = Llama(cfg, w, dtype=dt, device=self.device, max_seq=max_seq, name="eagle", prefix="",
-                         input_norm=False, final_norm=False, embed=target.embed, lm_head=target.lm_head)
+                         input_norm=False, final_norm=False, embed=target.embed, lm_head=target.lm_head,
+                         weight_dtype=wdt)
+        self.net.use_onednn_single_row(True)  # runs between target passes: its weights come from memory
+        self.fc.min_rows = 1
         self.cache = self.net.new_cache(max_batch, max_seq)
         self.tree = tree_from_choices(self.choices) if self.choices else None
         self.pending: list[list[torch.Tensor]] = [[] for _ in range(max_batch)]
@@ -318,7 +329,7 @@ class EagleDrafter(Drafter):
 
     def _run(self, tokens: torch.Tensor, feats: torch.Tensor, inp: StepInputs, last=None):
         """One head pass: (logits at `last` or all, new features [B, T, H])."""
-        x = F.linear(torch.cat([F.embedding(tokens, self.net.embed), feats], -1), self.fc_w, self.fc_b)
+        x = self.fc(torch.cat([F.embedding(tokens, self.net.embed), feats], -1))
         h = self.net.hidden(x, self.cache, inp.positions, inp.start, inp.mask)
         hs = h if last is None else h.gather(1, last[..., None].expand(-1, -1, h.shape[-1]))
         return self.net.logits(hs), h

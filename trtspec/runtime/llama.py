@@ -17,8 +17,10 @@ logits test checks); on CUDA it is the serving dtype.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -129,9 +131,32 @@ def load_safetensors(path: str | Path, filename: str = "model.safetensors") -> d
 
 
 def compute_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch.dtype:
-    """The dtype the runtime computes in: the serving dtype on CUDA, float32 on CPU."""
+    """The dtype the target computes in: the serving dtype on CUDA, float32 on CPU."""
     dt = _DTYPES[dtype] if isinstance(dtype, str) else dtype
     return dt if torch.device(device).type == "cuda" else torch.float32
+
+
+def draft_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch.dtype:
+    """The dtype of drafters' matmul weights. Drafts only propose; the target's verification keeps the output
+    exact (greedy identity; sampling uses the very q a draft was sampled from), so on CPUs with native bf16
+    (avx512_bf16/AMX) drafter weights are bfloat16 — half the memory traffic of their matmuls, while
+    activations, norms, attention and the KV cache stay float32 (bf16 attention is slow on CPU). Otherwise
+    as the target. `TRTSPEC_DRAFT_DTYPE=float32` forces full precision."""
+    forced = os.environ.get("TRTSPEC_DRAFT_DTYPE")
+    if forced:
+        return _DTYPES[forced]
+    if torch.device(device).type == "cpu" and cpu_has_fast_bf16():
+        return torch.bfloat16
+    return compute_dtype(dtype, device)
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_has_fast_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+        return (" avx512_bf16" in flags or " amx_bf16" in flags) and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    except (OSError, RuntimeError, AttributeError):
+        return False
 
 
 # ----------------------------------------------------------------------------------------------------- RoPE
@@ -183,22 +208,62 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 # ------------------------------------------------------------------------------------------------- the model
 
+ONEDNN_SINGLE_ROW_BYTES = 16 << 20  # models larger than this (half a typical L3) use oneDNN for one row too
+
+
+class Linear:
+    """y = x W^T + b. On CPU the weight is also kept prepacked for oneDNN, which multiplies several rows (a
+    verify pass, a prefill) 2-7x faster than MKL's GEMM on this project's CPUs. For one row (a decode step)
+    oneDNN wins on weights streamed from memory (a large model: ~1.7x), MKL on small, cache-resident ones:
+    `single_row` picks oneDNN for one row too (Llama decides by model size). A weight stored in another dtype
+    than the input (bf16 drafter weights) is multiplied in that dtype: input cast in, output cast back."""
+
+    __slots__ = ("w", "b", "packed", "min_rows")
+
+    def __init__(self, w: torch.Tensor, b: torch.Tensor | None = None, single_row: bool = False,
+                 dtype: torch.dtype | None = None):
+        if dtype is not None:
+            w, b = w.to(dtype), (None if b is None else b.to(dtype))
+        self.w, self.b = w, b
+        self.packed = _onednn_pack(w)
+        self.min_rows = 1 if single_row or w.dtype == torch.bfloat16 else 2
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        dt = x.dtype
+        if dt != self.w.dtype:
+            return self(x.to(self.w.dtype)).to(dt)
+        if self.packed is not None and x.numel() >= self.min_rows * x.shape[-1]:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.b, "none", [], "")
+        return F.linear(x, self.w, self.b)
+
+
+def _onednn_pack(w: torch.Tensor):
+    if w.device.type != "cpu" or w.dtype not in (torch.float32, torch.bfloat16) or not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
+        probe = torch.ones(2, w.shape[1], dtype=w.dtype)
+        tol = 1e-4 if w.dtype == torch.float32 else 2e-2
+        if not torch.allclose(torch.ops.mkldnn._linear_pointwise(probe, packed, None, "none", [], "").float(),
+                              F.linear(probe, w).float(), rtol=tol, atol=tol):
+            return None
+        return packed
+    except (RuntimeError, AttributeError):  # torch without these oneDNN ops: plain F.linear
+        return None
+
+
 @dataclasses.dataclass
 class LayerWeights:
     attn_norm: torch.Tensor | None  # None: no input norm (EAGLE's layer)
-    wqkv: torch.Tensor  # [(H + 2*Hkv) * D, hidden]
-    bqkv: torch.Tensor | None
-    wo: torch.Tensor
-    bo: torch.Tensor | None
+    qkv: Linear  # q, k, v fused: [(H + 2*Hkv) * D, hidden]
+    o: Linear
     mlp_norm: torch.Tensor
-    w13: torch.Tensor  # gate and up fused: [2 * intermediate, hidden]
-    b13: torch.Tensor | None
-    w2: torch.Tensor
-    b2: torch.Tensor | None
+    gate_up: Linear  # gate and up fused: [2 * intermediate, hidden]
+    down: Linear
 
 
 def layer_from_hf(w: dict[str, torch.Tensor], prefix: str, cfg: LlamaConfig, dtype, device, *,
-                  input_norm: bool = True) -> LayerWeights:
+                  input_norm: bool = True, weight_dtype: torch.dtype | None = None) -> LayerWeights:
     def get(name: str) -> torch.Tensor:
         key = prefix + name
         if key not in w:
@@ -222,12 +287,12 @@ def layer_from_hf(w: dict[str, torch.Tensor], prefix: str, cfg: LlamaConfig, dty
     bg = opt(m + "gate_proj.bias")
     return LayerWeights(
         attn_norm=get("input_layernorm.weight") if input_norm else None,
-        wqkv=wqkv, bqkv=bqkv,
-        wo=get(a + "o_proj.weight"), bo=opt(a + "o_proj.bias"),
+        qkv=Linear(wqkv, bqkv, dtype=weight_dtype),
+        o=Linear(get(a + "o_proj.weight"), opt(a + "o_proj.bias"), dtype=weight_dtype),
         mlp_norm=get("post_attention_layernorm.weight"),
-        w13=torch.cat([get(m + "gate_proj.weight"), get(m + "up_proj.weight")]).contiguous(),
-        b13=torch.cat([bg, get(m + "up_proj.bias")]) if bg is not None else None,
-        w2=get(m + "down_proj.weight"), b2=opt(m + "down_proj.bias"),
+        gate_up=Linear(torch.cat([get(m + "gate_proj.weight"), get(m + "up_proj.weight")]).contiguous(),
+                       torch.cat([bg, get(m + "up_proj.bias")]) if bg is not None else None, dtype=weight_dtype),
+        down=Linear(get(m + "down_proj.weight"), opt(m + "down_proj.bias"), dtype=weight_dtype),
     )
 
 
@@ -237,9 +302,11 @@ class Llama:
     def __init__(self, cfg: LlamaConfig, weights: dict[str, torch.Tensor], *, dtype: torch.dtype = torch.float32,
                  device: str | torch.device = "cpu", max_seq: int = 4096, name: str = "model",
                  prefix: str = "model.", input_norm: bool = True, final_norm: bool = True,
-                 embed: torch.Tensor | None = None, lm_head: torch.Tensor | None = None):
+                 embed: torch.Tensor | None = None, lm_head: torch.Tensor | None = None,
+                 weight_dtype: torch.dtype | None = None):
         """`prefix`, `input_norm`, `final_norm`, `embed`, `lm_head` let a draft head (EAGLE: one layer without
-        input norm or final norm, reusing the target's embeddings and LM head) use the same code."""
+        input norm or final norm, reusing the target's embeddings and LM head) use the same code.
+        weight_dtype: dtype of the matmul weights if not `dtype` (bf16 drafters, see draft_dtype)."""
         self.cfg, self.dtype, self.device, self.name = cfg, dtype, torch.device(device), name
 
         def get(key: str) -> torch.Tensor:
@@ -251,8 +318,8 @@ class Llama:
         if tuple(self.embed.shape) != (cfg.vocab_size, cfg.hidden_size):
             raise ModelError(f"{name}: embed_tokens shape {tuple(self.embed.shape)} does not match the config "
                              f"(vocab {cfg.vocab_size}, hidden {cfg.hidden_size})")
-        self.layers = [layer_from_hf(weights, f"{prefix}layers.{i}.", cfg, dtype, device, input_norm=input_norm)
-                       for i in range(cfg.num_layers)]
+        self.layers = [layer_from_hf(weights, f"{prefix}layers.{i}.", cfg, dtype, device, input_norm=input_norm,
+                                     weight_dtype=weight_dtype) for i in range(cfg.num_layers)]
         self.norm = get(prefix + "norm.weight") if final_norm else None
         if lm_head is not None:
             self.lm_head = lm_head
@@ -262,7 +329,15 @@ class Llama:
             self.lm_head = self.embed
         else:
             raise ModelError(f"{name}: no lm_head.weight and tie_word_embeddings is false")
+        self.head = Linear(self.lm_head, dtype=weight_dtype)
+        bytes_per = (weight_dtype or dtype).itemsize
+        if self.num_params * bytes_per > ONEDNN_SINGLE_ROW_BYTES:
+            self.use_onednn_single_row(True)
         self.set_max_seq(max_seq)
+
+    def use_onednn_single_row(self, on: bool) -> None:
+        for lin in [self.head] + [x for lw in self.layers for x in (lw.qkv, lw.o, lw.gate_up, lw.down)]:
+            lin.min_rows = 1 if on or lin.w.dtype == torch.bfloat16 else 2
 
     def set_max_seq(self, max_seq: int) -> None:
         """Size the RoPE tables for positions < max_seq (the cache's slot count)."""
@@ -272,16 +347,19 @@ class Llama:
 
     @classmethod
     def from_dir(cls, path: str | Path, *, dtype: str | torch.dtype = "float32", device: str = "cpu",
-                 max_seq: int = 4096, name: str | None = None) -> "Llama":
+                 max_seq: int = 4096, name: str | None = None, weight_dtype: torch.dtype | None = None) -> "Llama":
+        """Load an HF Llama dir computing in compute_dtype(dtype, device); matmul weights in weight_dtype."""
         cfg = LlamaConfig.from_dir(path)
         return cls(cfg, load_safetensors(path), dtype=compute_dtype(dtype, device), device=device,
-                   max_seq=max_seq, name=name or Path(path).name)
+                   max_seq=max_seq, name=name or Path(path).name, weight_dtype=weight_dtype)
 
     @property
     def num_params(self) -> int:
         ts = [self.embed, self.lm_head] if self.lm_head is not self.embed else [self.embed]
+        ts += [] if self.norm is None else [self.norm]
         for lw in self.layers:
-            ts += [t for t in dataclasses.astuple(lw) if isinstance(t, torch.Tensor)]
+            ts += [t for t in (lw.attn_norm, lw.mlp_norm) if t is not None]
+            ts += [t for lin in (lw.qkv, lw.o, lw.gate_up, lw.down) for t in (lin.w, lin.b) if t is not None]
         return sum(t.numel() for t in ts)
 
     def new_cache(self, batch: int, max_seq: int | None = None):
@@ -308,7 +386,7 @@ class Llama:
         if not logits:
             return None, h
         hs = h if logits_at is None else h.gather(1, logits_at[..., None].expand(-1, -1, h.shape[-1]))
-        return F.linear(hs, self.lm_head), h
+        return self.head(hs), h
 
     def hidden(self, x: torch.Tensor, cache, positions, start: list[int], mask, *, row0: int = 0,
                layers: list[LayerWeights] | None = None) -> torch.Tensor:
@@ -325,20 +403,20 @@ class Llama:
         c = self.cfg
         nh, nkv, D = c.num_heads, c.num_kv_heads, c.head_dim
         h = x if w.attn_norm is None else F.rms_norm(x, (c.hidden_size,), w.attn_norm, c.rms_norm_eps)
-        qkv = F.linear(h, w.wqkv, w.bqkv).view(B, T, nh + 2 * nkv, D)
+        qkv = w.qkv(h).view(B, T, nh + 2 * nkv, D)
         qk = apply_rope(qkv[:, :, : nh + nkv], cos, sin)
         write(kc, qk[:, :, nh:])
         write(vc, qkv[:, :, nh + nkv:])
         o = F.scaled_dot_product_attention(
             qk[:, :, :nh].transpose(1, 2), kc[row0:row0 + B, :, :S], vc[row0:row0 + B, :, :S],
             attn_mask=mask, enable_gqa=nh != nkv)
-        x = x + F.linear(o.transpose(1, 2).reshape(B, T, nh * D), w.wo, w.bo)
+        x = x + w.o(o.transpose(1, 2).reshape(B, T, nh * D))
         h = F.rms_norm(x, (c.hidden_size,), w.mlp_norm, c.rms_norm_eps)
-        gate, up = F.linear(h, w.w13, w.b13).chunk(2, dim=-1)
-        return x + F.linear(F.silu(gate) * up, w.w2, w.b2)
+        gate, up = w.gate_up(h).chunk(2, dim=-1)
+        return x + w.down(F.silu(gate) * up)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return F.linear(h, self.lm_head)
+        return self.head(h)
 
 
 def _writer(start: list[int], T: int, B: int, row0: int, device):

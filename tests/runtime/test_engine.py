@@ -63,6 +63,7 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_greedy_identity_every_method_batch_1_and_4(fam, prompts, reference, plain, case):
     eng = engine(fam, **CASES[case], batch=4)
+    assert eng.method == CASES[case]["method"]
     assert plain == reference
     for k in (None, eng.k_max):  # adaptive K (may fall back to plain), and a fixed K (always drafts)
         sp = SamplingParams(max_new_tokens=N_NEW, num_draft_tokens=k)

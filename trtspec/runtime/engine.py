@@ -191,6 +191,7 @@ class SpecEngine:
         self.cache = target.new_cache(max_batch_size, self.max_seq)
         self.drafter.setup(target, max_batch_size, self.max_seq)
         self.k_max = self.drafter.max_draft_tokens(num_draft_tokens)
+        self.method = self.drafter.name if self.k_max > 0 else "none"  # "draft-model", "medusa", ...
         self.device = target.device
         eos = set(target.cfg.eos_token_ids)
         if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:

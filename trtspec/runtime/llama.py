@@ -343,7 +343,7 @@ class Llama:
         """Size the RoPE tables for positions < max_seq (the cache's slot count)."""
         self.max_seq = max_seq
         cos, sin = rope_tables(self.cfg, max_seq)
-        self.cos, self.sin = cos.to(device=self.device, dtype=self.dtype), sin.to(device=self.device, dtype=self.dtype)
+        self.rope = torch.cat([cos, sin], -1).to(device=self.device, dtype=self.dtype)  # [max_seq, 2D]: one gather
 
     @classmethod
     def from_dir(cls, path: str | Path, *, dtype: str | torch.dtype = "float32", device: str = "cpu",
@@ -393,7 +393,7 @@ class Llama:
         """The decoder stack (no final norm) over `x` [B, T, hidden]."""
         B, T = positions.shape
         S = mask.shape[-1] if mask is not None else start[0] + T
-        cos, sin = self.cos[positions].unsqueeze(2), self.sin[positions].unsqueeze(2)
+        cos, sin = F.embedding(positions, self.rope).unsqueeze(2).chunk(2, dim=-1)
         write = _writer(start, T, B, row0, self.device)
         for i, lw in enumerate(layers if layers is not None else self.layers):
             x = self.block(x, lw, cache.k[i], cache.v[i], cos, sin, write, mask, B, T, S, row0)

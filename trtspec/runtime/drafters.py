@@ -117,13 +117,13 @@ class DraftModelDrafter(Drafter):
     name = "draft-model"
 
     def __init__(self, path: str | Path, dtype: str = "float32", device: str = "cpu", weight_dtype: torch.dtype | None = None):
-        self.path, self.dtype, self.device = Path(path), dtype, device
-        self.weight_dtype = weight_dtype or draft_dtype(dtype, device)
+        self.path, self.dtype, self.device, self.weight_dtype = Path(path), dtype, device, weight_dtype
 
     def setup(self, target: Llama, max_batch: int, max_seq: int) -> None:
         super().setup(target, max_batch, max_seq)
+        wdt = self.weight_dtype or draft_dtype(self.dtype, self.device, 4 * LlamaConfig.from_dir(self.path).num_params)
         self.model = Llama.from_dir(self.path, dtype=self.dtype, device=self.device, max_seq=max_seq, name="draft",
-                                    weight_dtype=self.weight_dtype)
+                                    weight_dtype=wdt)
         self.cache = self.model.new_cache(max_batch, max_seq)
         self.vocab = target.cfg.vocab_size
         self._fed: list[int] = []
@@ -214,7 +214,7 @@ class MedusaDrafter(Drafter):
             if key in cfg and int(cfg[key]) != want:
                 raise ModelError(f"medusa heads: {key} {cfg[key]} != the target's {want}")
         w = load_safetensors(self.path, "medusa_lm_head.safetensors")
-        dt = self.weight_dtype or draft_dtype(target.dtype, self.device)
+        dt = self.weight_dtype or draft_dtype(target.dtype, self.device, 4 * nh * (nl * H * H + V * H))
 
         def get(key: str) -> torch.Tensor:
             if key not in w:
@@ -296,7 +296,9 @@ class EagleDrafter(Drafter):
                                  hint="the EAGLE head must be trained for this target")
         w = load_safetensors(self.path)
         w = {k.removeprefix("model."): v for k, v in w.items()}
-        dt, wdt = target.dtype, self.weight_dtype or draft_dtype(target.dtype, self.device)
+        layer = dataclasses.replace(cfg, num_layers=1, tie_word_embeddings=True).num_params - t.vocab_size * t.hidden_size
+        head = 2 * t.hidden_size * t.hidden_size + t.vocab_size * t.hidden_size  # fc + the LM head copy
+        dt, wdt = target.dtype, self.weight_dtype or draft_dtype(target.dtype, self.device, 4 * (layer + head))
         if "fc.weight" not in w:
             raise ModelError(f"{self.path}: eagle head has no fc.weight")
         self.fc = Linear(w["fc.weight"].to(device=self.device, dtype=dt),

@@ -93,6 +93,14 @@ class LlamaConfig:
         except KeyError as exc:
             raise ModelError(f"{where}: missing key {exc.args[0]!r}", hint="is this an HF Llama config?") from None
 
+    @property
+    def num_params(self) -> int:
+        """Parameters of the matmul weights (embeddings and LM head included, norms not)."""
+        attn = self.hidden_size * (2 * self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+        mlp = 3 * self.hidden_size * self.intermediate_size
+        head = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+        return self.num_layers * (attn + mlp) + self.vocab_size * self.hidden_size + head
+
     @classmethod
     def from_dir(cls, path: str | Path) -> "LlamaConfig":
         return cls.from_dict(read_json(Path(path) / "config.json"), where=str(Path(path) / "config.json"))
@@ -136,16 +144,21 @@ def compute_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch
     return dt if torch.device(device).type == "cuda" else torch.float32
 
 
-def draft_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch.dtype:
+BF16_MIN_BYTES = 8 << 20  # drafter matmul weights (in fp32) below this stay fp32: casts would cost more
+
+
+def draft_dtype(dtype: str | torch.dtype, device: str | torch.device, nbytes: int | None = None) -> torch.dtype:
     """The dtype of drafters' matmul weights. Drafts only propose; the target's verification keeps the output
     exact (greedy identity; sampling uses the very q a draft was sampled from), so on CPUs with native bf16
     (avx512_bf16/AMX) drafter weights are bfloat16 — half the memory traffic of their matmuls, while
-    activations, norms, attention and the KV cache stay float32 (bf16 attention is slow on CPU). Otherwise
-    as the target. `TRTSPEC_DRAFT_DTYPE=float32` forces full precision."""
+    activations, norms, attention and the KV cache stay float32 (bf16 attention is slow on CPU). Small
+    drafters (`nbytes` of fp32 weights < BF16_MIN_BYTES: cache-resident, cast-bound) stay float32, as do CPUs
+    without native bf16. `TRTSPEC_DRAFT_DTYPE=float32|bfloat16` forces a choice."""
     forced = os.environ.get("TRTSPEC_DRAFT_DTYPE")
     if forced:
         return _DTYPES[forced]
-    if torch.device(device).type == "cpu" and cpu_has_fast_bf16():
+    big = nbytes is None or nbytes >= BF16_MIN_BYTES
+    if torch.device(device).type == "cpu" and big and cpu_has_fast_bf16():
         return torch.bfloat16
     return compute_dtype(dtype, device)
 

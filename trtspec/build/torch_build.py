@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,10 @@ def lock_key(spec: Spec, inputs: dict[str, dict[str, str]], options: BuildOption
 
 
 def _builder_digest() -> str:
-    return digest(Path(__file__).read_text(encoding="utf-8"))
+    """This builder's and the emitter's code: a change to either re-emits the outputs."""
+    from trtspec.repository import torch_repo
+
+    return digest([Path(m.__file__).read_text(encoding="utf-8") for m in (sys.modules[__name__], torch_repo)])
 
 
 def convert_checkpoint(src: Path, dst: Path, dtype: str) -> list[str]:

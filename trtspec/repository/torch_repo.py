@@ -237,4 +237,6 @@ def emit_torch_repository(spec: Spec, out: Path, engine_dir: Path, *, final_root
         pbtxt.write_config(model_dir, config)
         if role in MODEL_SOURCES:
             (version / "model.py").write_bytes(model_source(role))
+        else:  # keep the ensemble's empty version dir in copies, archives and `load_model(files=...)`
+            (version / ".gitkeep").write_bytes(b"")
     return Repository(root=(final_root or out).resolve(), names=names, engine_dir_param=param)

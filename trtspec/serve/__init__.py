@@ -5,8 +5,8 @@ Library API:
   server process (see trtspec.serve.server);
 - `start_background(spec, ...)` / `stop_background(name)`: what `trtspec serve` / `serve --stop` do,
   with the state file `.trtspec/serve-<name>.json`;
-- `deploy(url, repository, models)`: load (or reload) models of a repository dir into a running
-  server started with `--model-control-mode=explicit`; `undeploy(url, models)` unloads them.
+- `deploy(url, models)` / `undeploy(url, models)`: load / unload models of the repository of a running
+  server started with `--model-control-mode=explicit`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.errors import ServeError
-from trtspec.serve.server import Endpoints, TritonServer, find_triton, free_port, remove_shm, stop_pid
+from trtspec.serve.server import Endpoints, TritonServer, find_triton, free_port, pid_alive, remove_shm, stop_pid
 from trtspec.serve.state import read_state, state_dir, state_path
 from trtspec.spec import Spec
 
@@ -47,16 +47,8 @@ def server_for_spec(spec: Spec, *, out_repo: str | Path = "model_repository", ht
 def running_state(name: str) -> dict[str, Any] | None:
     """The recorded background server of deployment `name`, if its process is alive."""
     state = read_state(state_path(name))
-    if not state or not state.get("pid"):
+    if not state or not isinstance(state.get("pid"), int) or not pid_alive(state["pid"]):
         return None
-    try:
-        import os
-
-        os.kill(int(state["pid"]), 0)
-    except (ProcessLookupError, ValueError):
-        return None
-    except PermissionError:  # pragma: no cover
-        pass
     return state
 
 
@@ -104,55 +96,44 @@ def _http_client(url: str):
     return httpclient.InferenceServerClient(normalize_url(url))
 
 
-def deploy(url: str, repository: str | Path, models: Iterable[str] | None = None) -> list[str]:
-    """Load `models` (default: every model dir) of a local repository dir into the running server at
-    `url` (HTTP HOST:PORT), sending each config and `1/model.py`: the server need not see the dir.
-    The server must run with `--model-control-mode=explicit` and see the engine dirs at the same
-    paths (a relative `engine_dir` is sent resolved against `repository`). Dependencies are loaded first (the
-    ensemble last). Returns the models loaded."""
+def deploy(url: str, models: Iterable[str], *, reload: bool = False) -> list[str]:
+    """Load `models` from the model repository of the running server at `url` (HTTP HOST:PORT),
+    which must run with `--model-control-mode=explicit` (as `TritonServer` does by default).
+    Loading an ensemble loads its steps too, so `deploy(url, ["ensemble"])` brings a whole
+    deployment up. `reload` unloads a loaded model first (for new files with an unchanged config,
+    which Triton's load would otherwise ignore). Returns the models now ready."""
     from tritonclient.utils import InferenceServerException
 
-    from trtspec.repository import pbtxt
-
-    repository = Path(repository)
-    dirs = [p for p in sorted(repository.iterdir()) if (p / "config.pbtxt").is_file()]
-    if models is not None:
-        wanted = set(models)
-        dirs = [p for p in dirs if p.name in wanted]
-    dirs.sort(key=lambda p: pbtxt.read_config(p / "config.pbtxt").platform == "ensemble")
     client = _http_client(url)
     loaded = []
     try:
-        for model_dir in dirs:
-            config = pbtxt.read_config(model_dir / "config.pbtxt")
-            if "engine_dir" in config.parameters:  # relative to this repository, not to the server's copy
-                engine_dir = Path(config.parameters["engine_dir"].string_value)
-                if not engine_dir.is_absolute():
-                    config.parameters["engine_dir"].string_value = str((repository / engine_dir).resolve())
-            files = {f"file:{p.relative_to(model_dir).as_posix()}": p.read_bytes()
-                     for p in sorted(model_dir.rglob("*")) if p.is_file() and p.name != "config.pbtxt"
-                     and "__pycache__" not in p.parts}
+        for name in models:
             try:
-                if client.is_model_ready(config.name):
-                    client.unload_model(config.name)  # a reload with the same config would be a no-op
-                client.load_model(config.name, config=pbtxt.to_json(config), files=files or None)
+                if reload and client.is_model_ready(name):
+                    client.unload_model(name)
+                client.load_model(name)
             except InferenceServerException as exc:
-                raise ServeError(f"loading {config.name!r} into {url} failed: {exc.message()}",
-                                 hint="see the server log; the server must run in explicit model-control mode")
-            loaded.append(config.name)
+                raise ServeError(f"loading {name!r} into {url} failed: {exc.message()}",
+                                 hint="see the server log; the server must run in explicit model-control mode "
+                                      "and have the model in its repository") from None
+            if not client.is_model_ready(name):
+                raise ServeError(f"{name!r} is not ready on {url} after loading", hint="see the server log")
+            loaded.append(name)
     finally:
         client.close()
     return loaded
 
 
-def undeploy(url: str, models: Iterable[str]) -> None:
+def undeploy(url: str, models: Iterable[str], unload_dependents: bool = False) -> None:
+    """Unload `models` from a running server (explicit mode); with `unload_dependents`, an
+    ensemble's steps too (also when other ensembles use them)."""
     from tritonclient.utils import InferenceServerException
 
     client = _http_client(url)
     try:
         for name in models:
             try:
-                client.unload_model(name, unload_dependents=True)
+                client.unload_model(name, unload_dependents=unload_dependents)
             except InferenceServerException as exc:
                 raise ServeError(f"unloading {name!r} from {url} failed: {exc.message()}") from None
     finally:

@@ -433,7 +433,12 @@ class TritonServer:
                 "model_control": self.model_control, **ep.to_dict()}
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    try:  # our own child (started by this process) is reaped here, so it does not linger as a zombie
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -450,7 +455,7 @@ def stop_pid(pid: int, grace: float = 15.0, process: subprocess.Popen | None = N
     def gone() -> bool:
         if process is not None:
             return process.poll() is not None
-        return not _pid_alive(pid)
+        return not pid_alive(pid)
 
     if gone():
         return process.returncode if process is not None else None

@@ -1,0 +1,138 @@
+"""End-to-end fixtures: build every method's deployment with `trtspec build`, then serve all four from
+ONE real Triton server (the bundled tritonserver) for the whole session.
+
+Models: the demo family (examples/demo/*.toml) when examples/models/ holds its weights, else a tiny
+random family made in a temp dir in the formats the runtime reads (tests/runtime/family.py), with a
+draft that is a noisy copy of the target so that drafts do get accepted.
+
+The shared repository holds one `preprocessing` and one `postprocessing` (the methods share the
+tokenizer and limits) and, per method M, `tensorrt_llm_M` and `ensemble_M`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from trtspec.build import BuildOptions, BuildResult, build
+from trtspec.repository.torch_repo import ModelNames, emit_torch_repository
+from trtspec.serve import TritonServer
+from trtspec.spec import Spec, load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "runtime"))
+import family as tiny  # noqa: E402
+
+METHODS = ["draft-model", "medusa", "eagle", "lookahead"]
+DEMO_SPECS = ROOT / "examples" / "demo"
+DEMO_MODELS = ROOT / "examples" / "models"
+
+pytestmark = pytest.mark.e2e
+
+
+def key(method: str) -> str:
+    return method.replace("-", "_")
+
+
+@dataclasses.dataclass
+class Deployment:
+    method: str
+    spec: Spec                 # the spec as written by the user
+    build: BuildResult
+    ensemble: str              # its ensemble in the shared repository
+
+    @property
+    def engine_dir(self) -> Path:
+        return Path(self.build.engines["target"]).parent
+
+    @property
+    def served_spec(self) -> Spec:
+        from trtspec.repository.serving import load_engine_spec
+
+        return load_engine_spec(self.engine_dir)
+
+
+@dataclasses.dataclass
+class E2E:
+    server: TritonServer
+    deployments: dict[str, Deployment]
+    prompts: list[str]
+    long_prompt: str
+    demo: bool
+
+    def metrics(self) -> dict[tuple[str, str], float]:
+        """spec_dec_* samples as {(name, method): value}."""
+        text = urllib.request.urlopen(self.server.metrics_url, timeout=10).read().decode()
+        out = {}
+        for name, labels, value in re.findall(r"^(spec_dec_\w+)\{([^}]*)\} (\S+)$", text, re.M):
+            method = re.search(r'method="([^"]*)"', labels).group(1)
+            out[(name, method)] = float(value)
+        return out
+
+
+def _tiny_specs(root: Path) -> dict[str, Path]:
+    tiny.build_family(root)
+    tiny.save_noisy_copy(root / "target", root / "draft_near", noise=0.01, seed=7)
+    specs = {}
+    for method in METHODS:
+        lines = ["schema = 1", "[model]", f'name = "e2e-{method}"', 'target = "target"', 'dtype = "float32"',
+                 "[speculative]", f'method = "{method}"', f"num_draft_tokens = {3 if method == 'medusa' else 4}"]
+        if method == "draft-model":
+            lines.append('draft = "draft_near"')
+        if method in ("medusa", "eagle"):
+            lines.append(f'heads = "{method}"')
+        lines += ["[limits]", "max_batch_size = 4", "max_input_len = 64", "max_output_len = 64"]
+        path = root / f"{method}.toml"
+        path.write_text("\n".join(lines) + "\n")
+        specs[method] = path
+    return specs
+
+
+@pytest.fixture(scope="session")
+def e2e(tmp_path_factory) -> E2E:
+    root = tmp_path_factory.mktemp("e2e")
+    demo = (DEMO_MODELS / "MANIFEST.json").is_file()
+    spec_paths = {m: DEMO_SPECS / f"{m}.toml" for m in METHODS} if demo else _tiny_specs(root / "family")
+    options = BuildOptions(out_engines=root / "engines", out_repo=root / "model_repository", progress=False)
+    shared = root / "shared_repository"
+    deployments = {}
+    for method, path in spec_paths.items():
+        spec = load_spec(path)
+        result = build(spec, options)
+        names = ModelNames(generation=f"tensorrt_llm_{key(method)}", ensemble=f"ensemble_{key(method)}")
+        emit_torch_repository(spec, shared, Path(result.engines["target"]).parent, names=names)
+        deployments[method] = Deployment(method, spec, result, names.ensemble)
+    if demo:
+        prompts = ["def fibonacci(n):\n    ", "import os\nimport sys\n\n", "class Stack:\n    def __init__(self"]
+    else:
+        prompts = ["w1 w2 w3 w4 w5", "w10 w20 w30", "w7 w7 w8 w9 w10 w11 w12"]
+    limit = next(iter(deployments.values())).spec.limits.max_input_len
+    long_prompt = ("w5 " if not demo else "x = 1\n") * (limit + 8)
+    server = TritonServer(shared, ready_timeout=300)
+    server.start()
+    try:
+        yield E2E(server, deployments, prompts, long_prompt, demo)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def local_engines(e2e):
+    """In-process SpecEngines on the same served weights (for the identity checks)."""
+    from trtspec.runtime import SpecEngine
+
+    engines: dict[str, object] = {}
+
+    def get(method: str):
+        if method not in engines:
+            engines[method] = SpecEngine.from_spec(e2e.deployments[method].served_spec)
+        return engines[method]
+
+    yield get
+    for engine in engines.values():
+        engine.close()

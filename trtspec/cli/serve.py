@@ -9,6 +9,7 @@ import threading
 import click
 
 from trtspec.cli.options import config_option, json_option
+from trtspec.errors import ServeError
 
 
 def _endpoint_lines(state: dict) -> list[str]:
@@ -43,6 +44,11 @@ def serve(config, grpc_port, http_port, metrics_port, out_repo, foreground, stop
     from trtspec.spec import load_spec
 
     spec = load_spec(config)
+    if spec.runtime.kind != "torch" and not stop:
+        raise ServeError(f"runtime {spec.runtime.kind!r} needs the Triton TensorRT-LLM container (GPU); the bundled "
+                         "server has no tensorrtllm backend",
+                         hint="run tritonserver in nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3 on "
+                              f"model_repository/{spec.name}, or use runtime.kind = \"torch\" here")
     if stop:
         state = stop_background(spec.name)
         if as_json:

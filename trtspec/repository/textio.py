@@ -26,6 +26,10 @@ context. So the concatenation of all responses equals `decode(all generated toke
 character is never split or repeated; the context is usually one token, and never longer than the
 run of non-boundary tokens (byte fragments, special tokens) before the delta. Without any boundary
 token the context is the whole output, which is still exact.
+
+When the engine stops on a stop string it trims the text at the string's start; the final response
+then carries `stop_trim`, the number of characters to drop from the end of the decoded text (text
+already streamed is never taken back).
 """
 
 from __future__ import annotations

@@ -70,7 +70,8 @@ DIRECT_TO_GENERATION = {
 
 @dataclasses.dataclass(frozen=True)
 class ModelNames:
-    """Names of the four models; a prefix/suffix lets several deployments share one repository."""
+    """Names of the four models; distinct generation/ensemble names let several deployments share
+    one repository (and its preprocessing/postprocessing, when they share the tokenizer and limits)."""
 
     preprocessing: str = "preprocessing"
     generation: str = "tensorrt_llm"
@@ -78,9 +79,8 @@ class ModelNames:
     ensemble: str = "ensemble"
 
     @classmethod
-    def for_spec(cls, spec: Spec, suffix: str = "") -> ModelNames:
-        return cls(f"preprocessing{suffix}", f"tensorrt_llm{suffix}", f"postprocessing{suffix}",
-                   f"{spec.serving.ensemble_name}{suffix}")
+    def for_spec(cls, spec: Spec) -> ModelNames:
+        return cls(ensemble=spec.serving.ensemble_name)
 
     def to_dict(self) -> dict[str, str]:
         return dataclasses.asdict(self)
@@ -91,13 +91,6 @@ class Repository:
     root: Path
     names: ModelNames
     engine_dir_param: str
-
-    @property
-    def ensemble(self) -> str:
-        return self.names.ensemble
-
-    def models(self) -> list[str]:
-        return list(self.names.to_dict().values())
 
     def to_dict(self) -> dict[str, Any]:
         return {"root": str(self.root), "models": self.names.to_dict(), "engine_dir": self.engine_dir_param}
@@ -157,9 +150,9 @@ def generation_config(spec: Spec, names: ModelNames, engine_dir: str) -> pbtxt.M
         [tensor("output_ids", "INT32", [-1, -1]), tensor("sequence_length", "INT32", [-1]),
          tensor("context_ids", "INT32", [-1]), tensor("is_final", "BOOL", [1]), tensor("stop_trim", "INT32", [1])]
         + [tensor(name, type_, [1]) for name, _, type_ in COUNTERS],
-        {"engine_dir": engine_dir, "tokenizer_dir": "target", "runtime": "torch",
-         "decoding_mode": s.method, "max_draft_len": s.num_draft_tokens,
-         "max_input_len": spec.limits.max_input_len, "max_output_len": spec.limits.max_output_len},
+        # decoding_mode / max_draft_len are for reading only (as in tensorrtllm_backend's config); the
+        # engine takes everything from <engine_dir>/spec.json
+        {"engine_dir": engine_dir, "decoding_mode": s.method, "max_draft_len": s.num_draft_tokens},
         count=spec.serving.instances, kind=_instance_kind(spec),
     )
     config.model_transaction_policy.decoupled = True
@@ -174,7 +167,7 @@ def postprocessing_config(spec: Spec, names: ModelNames, engine_dir: str) -> pbt
          tensor("STOP_TRIM", "INT32", [1], optional=True)]
         + [tensor(upper, type_, [1], optional=True) for _, upper, type_ in COUNTERS],
         [tensor("OUTPUT", "STRING", [-1])] + [tensor(f"OUT_{upper}", type_, [1]) for _, upper, type_ in COUNTERS],
-        {"engine_dir": engine_dir, "tokenizer_dir": "target", "skip_special_tokens": True},
+        {"engine_dir": engine_dir, "tokenizer_dir": "target"},
         count=spec.serving.instances,
     )
 

@@ -77,7 +77,10 @@ def test_stop_string_and_sampling_inputs(e2e, local_engines):
     engine = local_engines("eagle")
     prompt = e2e.prompts[0]
     full = engine.generate(prompt, SamplingParams(max_new_tokens=MAX_TOKENS)).text
-    stop = full.strip().split()[min(2, len(full.split()) - 1)] if not e2e.demo else full[len(full) // 2:][:3]
+    if len(full.strip()) < 6:
+        pytest.skip(f"the model's greedy continuation is too short for a stop string: {full!r}")
+    middle = len(full) // 2
+    stop = full[middle:middle + 3]
     expected = engine.generate(prompt, SamplingParams(max_new_tokens=MAX_TOKENS, stop=(stop,))).text
     for stream in (False, True):
         assert _remote(e2e, "eagle", prompt, stream=stream, stop=[stop]).text == expected

@@ -103,28 +103,28 @@ def _stream_local(engine, text, params, on_text) -> dict:
     """Stream in-process, printing text as steps complete; returns the same fields as generate()."""
     import time
 
-    from trtspec.text import TextStream
-
-    stream = TextStream(engine.tokenizer)
     start = time.perf_counter()
-    d = {"tokens": [], "steps": 0, "drafted": 0, "accepted": 0, "draft_seconds": 0.0, "verify_seconds": 0.0,
+    d = {"text": "", "tokens": [], "steps": 0, "drafted": 0, "accepted": 0, "draft_seconds": 0.0, "verify_seconds": 0.0,
          "ttft_seconds": None, "finish_reason": None}
-    for event in engine.stream(text, params):
+    first = 0  # tokens of the prefill's event, which is not a verify step (as in GenerationResult)
+    for i, event in enumerate(engine.stream(text, params)):
         if d["ttft_seconds"] is None and event.tokens:
             d["ttft_seconds"] = time.perf_counter() - start
         d["tokens"].extend(event.tokens)
-        d["steps"] += 1
+        if i == 0:
+            first = len(event.tokens)
+        elif event.tokens or event.drafted:
+            d["steps"] += 1
         d["drafted"] += event.drafted
         d["accepted"] += event.accepted
         d["draft_seconds"] += event.draft_seconds
         d["verify_seconds"] += event.verify_seconds
         d["finish_reason"] = event.finish_reason
-        on_text(stream.push(event.tokens))
-    on_text(stream.flush())
+        d["text"] += event.text
+        on_text(event.text)
     d["seconds"] = time.perf_counter() - start
-    d["text"] = stream.text
     d["acceptance_rate"] = d["accepted"] / d["drafted"] if d["drafted"] else 0.0
-    d["tokens_per_step"] = len(d["tokens"]) / d["steps"] if d["steps"] else 0.0
+    d["tokens_per_step"] = (len(d["tokens"]) - first) / d["steps"] if d["steps"] else 0.0
     return d
 
 

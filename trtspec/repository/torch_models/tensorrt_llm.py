@@ -52,12 +52,14 @@ class Metrics:
         self.steps = make("spec_dec_steps_total", "Verify steps (request-steps after the prefill)", counter)
         self.drafted = make("spec_dec_draft_tokens_total", "Draft tokens proposed", counter)
         self.accepted = make("spec_dec_accepted_tokens_total", "Draft tokens accepted by the target", counter)
-        self.draft_sum = make("spec_dec_draft_latency_seconds_sum", "Seconds spent drafting (sum over steps)",
-                              counter)
-        self.draft_count = make("spec_dec_draft_latency_seconds_count", "Steps timed for drafting", counter)
-        self.verify_sum = make("spec_dec_verify_latency_seconds_sum", "Seconds spent verifying (sum over steps)",
-                               counter)
-        self.verify_count = make("spec_dec_verify_latency_seconds_count", "Steps timed for verifying", counter)
+        self.draft_sum = make("spec_dec_draft_latency_seconds_sum",
+                              "Seconds spent drafting, summed per request-step (a batched step counts once "
+                              "per request in it)", counter)
+        self.draft_count = make("spec_dec_draft_latency_seconds_count", "Request-steps timed for drafting", counter)
+        self.verify_sum = make("spec_dec_verify_latency_seconds_sum",
+                               "Seconds spent verifying, summed per request-step (a batched step counts once "
+                               "per request in it)", counter)
+        self.verify_count = make("spec_dec_verify_latency_seconds_count", "Request-steps timed for verifying", counter)
         self.acceptance_rate = make("spec_dec_acceptance_rate",
                                     "Accepted / drafted tokens over the last 256 steps", gauge)
         self.tokens_per_step = make("spec_dec_tokens_per_step",

@@ -34,7 +34,6 @@ LOCK_FORMAT = 1
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json")
 COPY_SUFFIXES = (".json", ".txt", ".model", ".jinja", ".py")
-_TORCH_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
 
 
 def roles(spec: Spec) -> dict[str, Path]:
@@ -102,7 +101,7 @@ def convert_checkpoint(src: Path, dst: Path, dtype: str) -> list[str]:
     import torch
     from safetensors.torch import load_file, save_file
 
-    target_dtype = getattr(torch, _TORCH_DTYPES[dtype])
+    target_dtype = getattr(torch, dtype)  # the spec's dtype names are torch's
     dst.mkdir(parents=True, exist_ok=True)
     written = []
 

@@ -187,10 +187,11 @@ def _first_tokens_exact(target: Llama, prompt: list[int], sp: SamplingParams) ->
     return out
 
 
-def _sampled_counts(root, n: int, sp: SamplingParams, prompt: list[int]) -> tuple[torch.Tensor, SpecEngine]:
+def _sampled_counts(root, n: int, sp: SamplingParams, prompt: list[int], drafter=None):
     from trtspec.runtime.drafters import DraftModelDrafter
 
-    eng = SpecEngine(Llama.from_dir(root / "target"), DraftModelDrafter(root / "draft"), num_draft_tokens=2,
+    drafter = drafter or DraftModelDrafter(root / "draft")
+    eng = SpecEngine(Llama.from_dir(root / "target"), drafter, num_draft_tokens=drafter_k(drafter),
                      max_batch_size=1024, max_input_len=8, max_output_len=8)
     res = eng.generate_batch([prompt] * n, [SamplingParams(**{**sp.__dict__, "seed": 1000 + i}) for i in range(n)])
     counts = torch.zeros(8, 8)
@@ -199,13 +200,17 @@ def _sampled_counts(root, n: int, sp: SamplingParams, prompt: list[int]) -> tupl
     return counts, eng, res
 
 
+def drafter_k(drafter) -> int:
+    return len(drafter.choices) if getattr(drafter, "choices", None) else 2
+
+
 def test_sampled_draft_model_is_lossless_end_to_end(tiny_vocab):
     """20k seeded requests: the first two speculative tokens (one K=2 step) follow the target's processed joint
     distribution (chi-square), with top-k/temperature applied to both p and q."""
     from test_sampling import chi2_z
 
     sp = SamplingParams(max_new_tokens=3, temperature=0.9, top_k=6, num_draft_tokens=2)
-    prompt = [1, 2, 3]
+    prompt = [1, 2, 3]  # max_new_tokens 3: the step after the prefill drafts K = 2 and emits tokens 1 and 2
     counts, eng, res = _sampled_counts(tiny_vocab, 20000, sp, prompt)
     exact = _first_tokens_exact(eng.target, prompt, sp)
     acc = sum(r.accepted for r in res) / sum(r.drafted for r in res)
@@ -221,6 +226,19 @@ def test_sampled_end_to_end_check_catches_a_broken_residual(tiny_vocab, monkeypa
     sp = SamplingParams(max_new_tokens=3, temperature=0.9, top_k=6, num_draft_tokens=2)
     counts, eng, _ = _sampled_counts(tiny_vocab, 20000, sp, [1, 2, 3])
     assert chi2_z(counts, _first_tokens_exact(eng.target, [1, 2, 3], sp)) > 8.0
+
+
+def test_sampled_medusa_tree_is_lossless_end_to_end(tiny_vocab):
+    """Tree of deterministic candidates (point masses, siblings tested against the running residual)."""
+    from test_sampling import chi2_z
+    from trtspec.runtime.drafters import MedusaDrafter
+
+    family.save_medusa(tiny_vocab / "medusa", heads=2, hidden=16, vocab=8, seed=5, scale=1.0)
+    tree = [[0], [1], [2], [0, 0], [0, 1], [1, 0]]
+    sp = SamplingParams(max_new_tokens=3, temperature=1.0, top_p=0.95, num_draft_tokens=6)
+    counts, eng, res = _sampled_counts(tiny_vocab, 20000, sp, [4, 1], MedusaDrafter(tiny_vocab / "medusa", tree))
+    assert sum(r.accepted for r in res) > 5000  # candidates are often right
+    assert chi2_z(counts, _first_tokens_exact(eng.target, [4, 1], sp)) < 4.0
 
 
 def test_sampled_batched_equals_single_with_seeds(fam, prompts, monkeypatch):

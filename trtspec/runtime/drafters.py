@@ -50,11 +50,24 @@ class Draft:
     q: torch.Tensor | None = None  # [nodes, V] draft distributions; None: deterministic candidates
 
     @property
-    def depth(self) -> int:
+    def depths(self) -> list[int]:
         d: list[int] = []
         for p in self.parents:
             d.append(1 if p < 0 else d[p] + 1)
-        return max(d, default=0)
+        return d
+
+    @property
+    def depth(self) -> int:
+        return max(self.depths, default=0)
+
+    def pruned(self, max_depth: int) -> "Draft":
+        """The nodes at most max_depth deep (parents come before children, so the tree stays whole)."""
+        keep = [j for j, d in enumerate(self.depths) if d <= max_depth]
+        if len(keep) == len(self.tokens):
+            return self
+        new = {j: i for i, j in enumerate(keep)}
+        return Draft([self.tokens[j] for j in keep], tuple(new.get(self.parents[j], -1) for j in keep),
+                     None if self.q is None else self.q[keep])
 
 
 EMPTY = Draft([], ())
@@ -79,6 +92,7 @@ class Drafter:
     """No drafting: plain decoding through the same engine."""
 
     name = "none"
+    k_counts_nodes = False  # True: K is a tree's node budget (its depth is capped separately), else a depth
 
     def setup(self, target: Llama, max_batch: int, max_seq: int) -> None:
         self.target = target
@@ -238,6 +252,10 @@ class MedusaDrafter(Drafter):
     def max_draft_tokens(self, k: int) -> int:
         return min(k, len(self.tree)) if self.tree else min(k, self.num_heads)
 
+    @property
+    def k_counts_nodes(self) -> bool:
+        return self.tree is not None
+
     def admit(self, row: int, req: Row, hidden: torch.Tensor) -> None:
         self.last[row] = hidden[-1]
 
@@ -316,6 +334,10 @@ class EagleDrafter(Drafter):
 
     def max_draft_tokens(self, k: int) -> int:
         return min(k, len(self.tree)) if self.tree else k
+
+    @property
+    def k_counts_nodes(self) -> bool:
+        return self.tree is not None
 
     def admit(self, row: int, req: Row, hidden: torch.Tensor) -> None:
         self.cache.lengths[row] = 0

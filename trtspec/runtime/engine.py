@@ -166,13 +166,21 @@ class _Request:
     def uniforms(self, n: int) -> list[float]:
         return torch.rand(n, generator=self.gen).tolist()
 
-    def choose_k(self, cap: int) -> int:
-        room = self.params.max_new_tokens - len(self.generated) - 1
+    @property
+    def room(self) -> int:
+        """Draft tokens that can still be kept: a step emits its accepted drafts plus one token."""
+        return self.params.max_new_tokens - len(self.generated) - 1
+
+    def choose_k(self, cap: int, k_is_depth: bool = True) -> int:
         k = self.fixed_k if self.fixed_k is not None else (
             self.adaptive.next_k() if self.use_adaptive else self.adaptive.k_max)
         if self.fixed_k is None:
             k = min(k, cap)
-        self.last_k = max(0, min(k, room))
+        if self.room <= 0:
+            k = 0
+        elif k_is_depth:
+            k = min(k, self.room)
+        self.last_k = max(0, k)
         return self.last_k
 
 
@@ -446,9 +454,12 @@ class SpecEngine:
         reqs = self._active
         B = len(reqs)
         cap = load_cap(self.k_max, B)
-        ks = [r.choose_k(cap) for r in reqs]
+        nodes = self.drafter.k_counts_nodes
+        ks = [r.choose_k(cap, k_is_depth=not nodes) for r in reqs]
         t0 = time.perf_counter()
         drafts = self.drafter.propose(reqs, ks) if any(ks) else [EMPTY] * B
+        if nodes:  # a tree's K counts nodes: drop the ones deeper than what the request can still keep
+            drafts = [d.pruned(r.room) for d, r in zip(drafts, reqs)]
         t1 = time.perf_counter()
         lengths = [len(r.seq) - 1 for r in reqs]
         T = 1 + max(len(d.tokens) for d in drafts)

@@ -258,6 +258,19 @@ def test_sampled_batched_equals_single_with_seeds(fam, prompts, monkeypatch):
     assert other != single[0]
 
 
+def test_mixed_greedy_and_sampled_rows_in_one_batch(fam, prompts, reference):
+    """Greedy rows keep their exact output next to sampled rows (different settings, same verify pass)."""
+    for method, kw in (("draft-model", dict(draft="draft_near")), ("medusa", dict(k=6, choices=[[0], [1], [0, 0]])),
+                       ("lookahead", {})):
+        eng = engine(fam, method, **kw)
+        sps = [SamplingParams(max_new_tokens=N_NEW, num_draft_tokens=eng.k_max) if i % 2 == 0 else
+               SamplingParams(max_new_tokens=N_NEW, temperature=0.7, top_k=20, seed=i, num_draft_tokens=eng.k_max)
+               for i in range(len(prompts))]
+        res = eng.generate_batch(prompts, sps)
+        assert [r.tokens for r in res[::2]] == reference[::2], method
+        assert all(len(r.tokens) > 0 for r in res[1::2])
+
+
 # --------------------------------------------------------------------------- continuous batching, submit()
 
 def test_submit_concurrent_requests_equal_single_ones(fam, prompts, reference):

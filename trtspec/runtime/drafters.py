@@ -174,7 +174,7 @@ class DraftModelDrafter(Drafter):
         lg, _ = self.model.forward(self.cache, inp.positions, inp.start, inp.mask, tokens=tokens, logits_at=last)
         greedy = all(r.params.greedy for r in rows)
         # each sampling row draws exactly its own k uniforms: its random stream does not depend on the batch
-        u = None if greedy else torch.tensor([(r.uniforms(k) if not r.params.greedy else []) + [0.0] * (K - k)
+        u = None if greedy else torch.tensor([(r.uniforms(k) if not r.params.greedy else [0.0] * k) + [0.0] * (K - k)
                                               for r, k in zip(rows, ks)])
         n = [len(r.seq) for r in rows]
         drafted, qs = [], []

@@ -61,13 +61,27 @@ class StepInputs:
     mask: torch.Tensor | None  # [B, 1, T, S] bool, None: one row attending to everything before it
 
 
+_ARANGE: dict[str, torch.Tensor] = {}
+
+
+def _arange(n: int, device) -> torch.Tensor:
+    """A cached arange of at least n (views of it are free; building one costs a few microseconds)."""
+    key = str(device)
+    a = _ARANGE.get(key)
+    if a is None or a.numel() < n:
+        a = _ARANGE[key] = torch.arange(max(n, 4096), device=device)
+    return a
+
+
 def chain_inputs(lengths: list[int], T: int, device="cpu") -> StepInputs:
     """Each row appends T tokens (right-padded rows included) as a causal chain after its `lengths[b]` slots."""
     B = len(lengths)
+    if B == 1:
+        n = lengths[0]
+        positions = _arange(n + T, device)[n:n + T].view(1, T)
+        return StepInputs(positions, list(lengths), None if T == 1 else _causal_tail(n, T, device))
     base = torch.tensor(lengths, device=device)
     positions = base[:, None] + torch.arange(T, device=device)[None, :]
-    if B == 1:
-        return StepInputs(positions, list(lengths), None if T == 1 else _causal_tail(lengths[0], T, device))
     S = max(lengths) + T
     mask = torch.arange(S, device=device)[None, None, :] <= positions[:, :, None]
     return StepInputs(positions, list(lengths), mask[:, None])

@@ -60,14 +60,19 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def read_lock(engine_dir: Path) -> dict[str, Any] | None:
-    path = Path(engine_dir) / LOCK_NAME
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON manifest, or None when it is missing or unreadable (then it is simply rebuilt)."""
+    path = Path(path)
     if not path.is_file():
         return None
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return None
+
+
+def read_lock(engine_dir: Path) -> dict[str, Any] | None:
+    return read_json(Path(engine_dir) / LOCK_NAME)
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from typing import TYPE_CHECKING
 
 from trtspec import __version__
-from trtspec.build.lock import atomic_dir, digest, write_json
+from trtspec.build.lock import atomic_dir, digest, read_json, write_json
 from trtspec.convert import hf
 from trtspec.convert.fingerprint import content_only, file_digests
 from trtspec.convert.mapping import Mapping
@@ -173,13 +173,7 @@ def is_fresh(job: ConvertJob, use_cache: bool = True) -> tuple[bool, str, dict[s
 
 
 def read_manifest(ckpt_dir: Path) -> dict[str, Any] | None:
-    path = Path(ckpt_dir) / MANIFEST
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
+    return read_json(Path(ckpt_dir) / MANIFEST)
 
 
 def run_job(job: ConvertJob, force: bool = False, log: Callable[[str], None] | None = None) -> ConvertedCheckpoint:

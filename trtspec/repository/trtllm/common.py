@@ -8,6 +8,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from trtspec.build.lock import read_json
 from trtspec.repository import pbtxt
 from trtspec.repository.trtllm.io import Row
 
@@ -64,10 +65,4 @@ def write_files(root: Path, files: dict[str, str]) -> None:
 
 
 def read_manifest(repo_dir: Path) -> dict[str, Any] | None:
-    path = Path(repo_dir) / MANIFEST
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
+    return read_json(Path(repo_dir) / MANIFEST)

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from trtspec.errors import ModelError
-from trtspec.runtime.cache import KVCache, StepInputs, chain_inputs
+from trtspec.runtime.cache import StepInputs, chain_inputs
 from trtspec.runtime.llama import Linear, Llama, LlamaConfig, draft_dtype, load_safetensors, read_json
 from trtspec.runtime.sampling import SamplingParams, processed_probs, sample
 

@@ -22,13 +22,13 @@ import queue
 import threading
 import time
 import uuid
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 
 from trtspec.errors import GenerationError
 from trtspec.runtime.cache import chain_inputs, tree_inputs
-from trtspec.runtime.drafters import EMPTY, Draft, Drafter, make_drafter
+from trtspec.runtime.drafters import EMPTY, Drafter, make_drafter
 from trtspec.runtime.llama import Llama
 from trtspec.runtime.sampling import SamplingParams, children_of, processed_probs, sample, verify_greedy, verify_sampled
 

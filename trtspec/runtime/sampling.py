@@ -17,6 +17,7 @@ limit and is implemented as token identity: accept while the draft equals argmax
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Iterator
 
 import torch
@@ -140,8 +141,10 @@ def verify_sampled(p: torch.Tensor, tokens: list[int], children: list[list[int]]
             return path, int(sample(dist, next(u)))
 
 
-def children_of(parents: list[int] | tuple[int, ...]) -> list[list[int]]:
-    """Children per verify input: input 0 is the root (parent -1), input 1+j is draft node j."""
+@functools.lru_cache(maxsize=1024)
+def children_of(parents: tuple[int, ...]) -> list[list[int]]:
+    """Children per verify input: input 0 is the root (parent -1), input 1+j is draft node j (cached: do not
+    modify the result)."""
     kids: list[list[int]] = [[] for _ in range(len(parents) + 1)]
     for j, par in enumerate(parents):
         kids[par + 1].append(j)

@@ -1,5 +1,21 @@
 """The torch speculative-decoding runtime: a compact Llama, a static KV cache, drafters, sampling and the
-SpecEngine scheduler (continuous batching). `SpecEngine.from_spec(spec)` is the entry point."""
+SpecEngine scheduler (continuous batching).
+
+    engine = SpecEngine.from_spec(spec)                  # target + drafter + tokenizer as the spec says
+    engine.tokenizer, engine.method, engine.k_max
+    engine.generate(prompt: str | list[int], params) -> GenerationResult
+    engine.generate_batch(prompts, params | list[params]) -> list[GenerationResult]   # decoded together
+    engine.stream(prompt, params) -> Iterator[StepEvent]
+    engine.submit(prompt_ids, params, on_event) -> request id    # background scheduler thread
+    engine.cancel(request_id); engine.close()
+
+SamplingParams(max_new_tokens=128, temperature=0.0, top_k=0, top_p=1.0, seed=None, stop=(), end_id=None,
+num_draft_tokens=None): temperature 0 is greedy; end_id None = the model's EOS, -1 = none; num_draft_tokens
+None = the spec's K with adaptive control, 0 = plain decoding, n = fixed K (<= the spec's K). Invalid
+requests raise trtspec.errors.GenerationError (from generate/stream/submit alike).
+
+Modules: llama.py (model), cache.py (KV cache, masks), sampling.py (distributions, acceptance rules),
+drafters.py (none, draft-model, medusa, eagle, lookahead), engine.py (scheduler, API)."""
 
 from trtspec.runtime.drafters import (Draft, Drafter, DraftModelDrafter, EagleDrafter, MedusaDrafter, NgramDrafter,
                                       make_drafter)

@@ -156,6 +156,7 @@ def test_heldout_prompts_are_deterministic_and_exact_length():
     assert all(len(tok.encode(p).ids) == 32 for p in a)
 
 
+@pytest.mark.timeout(30)  # ~3 s on 2 idle cores
 def test_train_demo_quick_produces_a_loadable_family(tmp_path):
     from click.testing import CliRunner
 

@@ -69,7 +69,7 @@ def train_demo(out: Path, seed: int, quick: bool, target_steps: int | None, targ
     """Train the demo family (tokenizer, target, draft, Medusa, EAGLE) and write it with a MANIFEST.
 
     Reproducible: fixed seed and fixed step counts (no time budget). The default run takes about
-    40 minutes on 2 CPU cores and writes ~60 MB of float16 weights.
+    40-50 minutes on 2 CPU cores and writes ~58 MB of float16 weights.
     """
     from rich.console import Console
 

@@ -10,7 +10,8 @@ generation (draft model) and prompt-lookup generation on the same pair and promp
   speedup    tok/s / plain tok/s of the same runtime
   α          per-token acceptance: accepted / (accepted + rejections), one rejection per step that stopped
              before the end of its draft (the i.i.d. estimate used by the formula)
-  τ          tokens per verify step, measured;  E[τ] = (1 − α^(K+1)) / (1 − α) at the mean drafted depth K
+  τ          tokens per verify step, measured;  E[τ] = (1 − α^(K+1)) / (1 − α), averaged over the steps at
+             each step's drafted depth K (n-gram steps without a match draft nothing: 1 token)
   K·c        draft cost per step in units of one plain decode step (measured: draft seconds per step /
              plain seconds per token)
   ideal      E[τ] / (K·c + 1);  eff = speedup / ideal
@@ -113,13 +114,16 @@ class StepLog:
 
         eng._step = step
 
-    def alpha(self) -> tuple[float, float]:
-        """(α̂, mean drafted depth) over steps that drafted."""
+    def alpha(self) -> tuple[float, float, float]:
+        """(α̂, mean drafted depth, E[τ]): α̂ over the steps that drafted; E[τ] averages the formula over all
+        steps at each step's own depth (a step that drafted nothing yields 1 token)."""
         drafted = [(d, a) for d, a in self.steps if d > 0]
         acc = sum(a for _, a in drafted)
         rejects = sum(1 for d, a in drafted if a < d)
+        alpha = acc / max(1, acc + rejects)
         depth = sum(d for d, _ in drafted) / max(1, len(drafted))
-        return acc / max(1, acc + rejects), depth
+        e_tau = sum(expected_tau(alpha, d) for d, _ in self.steps) / max(1, len(self.steps))
+        return alpha, depth, e_tau
 
 
 def hf_runs(models: Path, prompts, n_new: int, k: int):
@@ -193,9 +197,8 @@ def main(argv=None) -> int:
             t, res = run_engine(eng, prompts, args.new, None if adaptive else K)
             steps = sum(r.steps for r in res)
             tau = sum(len(r.tokens) - 1 for r in res) / steps
-            a, depth = log.alpha()
+            a, depth, e_tau = log.alpha()
             kc = (sum(r.draft_seconds for r in res) / steps) / per_token
-            e_tau = expected_tau(a, depth)
             ideal = e_tau / (kc + 1)
             speed = (n_tokens / t) / rows[0]["tok_s"]
             rows.append(dict(name=f"trtspec {method} (K={K}{', adaptive' if adaptive else ''})", tok_s=n_tokens / t,

@@ -75,6 +75,33 @@ def test_context_stays_short():
     assert max(contexts) <= 4
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_streaming_with_stop_strings_equals_the_engines_trimmed_text(seed):
+    """The engine stops at the token that completes a stop string and trims the text at its start;
+    the streamed pieces (whole-output context, partial stop strings held back) must add up to that."""
+    tok, rng = ByteTokenizer(), random.Random(seed)
+    stop = ["\n\n", "end→", "ab"][seed % 3:] + (["zz"] if seed % 2 else [])
+    text = "".join(rng.choice(["a", "b", "\n", "e", "n", "d", "→", " "]) for _ in range(60))
+    data = list(text.encode())
+    ids, reason = [], "length"  # run "the engine": stop at the first token that completes a stop string
+    for t in data:
+        ids.append(t)
+        if any(s in tok.decode(ids) for s in stop):
+            reason = "stop"
+            break
+    full = tok.decode(ids)
+    cut = min((full.find(s) for s in stop if s in full), default=len(full))
+    tracker, pieces, i = textio.ContextTracker(None), [], 0
+    while i < len(ids):
+        n = rng.randint(1, 3)
+        context, delta = tracker.push(ids[i:i + n])
+        i += n
+        final = i >= len(ids)
+        trim = len(full) - cut if final and reason == "stop" else 0
+        pieces.append(textio.text_delta(tok, context, delta, final, trim, stop))
+    assert "".join(pieces) == full[:cut]
+
+
 def test_stop_trim_on_the_final_response():
     tok = ByteTokenizer()
     ids = list("hello world".encode())

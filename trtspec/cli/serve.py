@@ -85,7 +85,7 @@ def serve(config, grpc_port, http_port, metrics_port, out_repo, foreground, stop
                 click.echo(line)
         while not stop_event.wait(0.5):
             if not server.is_running():
-                raise click.ClickException(f"tritonserver exited; log tail:\n{server.log_tail()}")
+                raise click.ClickException(f"tritonserver exited; {server.failure_report()}")
     except KeyboardInterrupt:
         pass
     finally:

@@ -27,9 +27,12 @@ character is never split or repeated; the context is usually one token, and neve
 run of non-boundary tokens (byte fragments, special tokens) before the delta. Without any boundary
 token the context is the whole output, which is still exact.
 
-When the engine stops on a stop string it trims the text at the string's start; the final response
-then carries `stop_trim`, the number of characters to drop from the end of the decoded text (text
-already streamed is never taken back).
+Stop strings: the engine stops once the text contains one and trims the text at its start. While
+streaming, a tail of the text that could still grow into a stop string is held back too (like an
+incomplete character), and the final response carries `stop_trim`, the characters to drop from the
+end of the decoded text; so the streamed text equals the engine's final text. The held tail may
+reach back past the last boundary token, so for requests with stop strings the generation model
+sends the whole output as context (one decode per step, as the engine's stop check does anyway).
 """
 
 from __future__ import annotations
@@ -65,13 +68,30 @@ def hold(text: str) -> str:
     return text.rstrip(REPLACEMENT)
 
 
-def text_delta(tokenizer: Any, context: Sequence[int], delta: Sequence[int], final: bool, trim: int = 0) -> str:
+def hold_stop(text: str, stop: Sequence[str]) -> str:
+    """`text` without its longest tail that is the beginning (not all) of a stop string."""
+    held = 0
+    for s in stop:
+        for n in range(min(len(s) - 1, len(text)), held, -1):
+            if text.endswith(s[:n]):
+                held = n
+                break
+    return text[:len(text) - held]
+
+
+def shown(text: str, stop: Sequence[str] = ()) -> str:
+    """What a non-final response may show of `text`: no incomplete character, no partial stop string."""
+    return hold_stop(hold(text), stop) if stop else hold(text)
+
+
+def text_delta(tokenizer: Any, context: Sequence[int], delta: Sequence[int], final: bool, trim: int = 0,
+               stop: Sequence[str] = ()) -> str:
     """The text that `delta` adds after `context` (see the module docstring); a final response
     drops its last `trim` characters first (a stop string and what follows it)."""
-    before = hold(decode(tokenizer, context)) if len(context) else ""
+    before = shown(decode(tokenizer, context), stop) if len(context) else ""
     after = decode(tokenizer, list(context) + list(delta))
     if not final:
-        after = hold(after)
+        after = shown(after, stop)
     elif trim > 0:
         after = after[:max(0, len(after) - trim)]
         if len(after) <= len(before):

@@ -148,7 +148,8 @@ def generation_config(spec: Spec, names: ModelNames, engine_dir: str) -> pbtxt.M
          tensor("stop_words", "STRING", [-1], optional=True),
          tensor("num_draft_tokens", "INT32", [1], optional=True)],
         [tensor("output_ids", "INT32", [-1, -1]), tensor("sequence_length", "INT32", [-1]),
-         tensor("context_ids", "INT32", [-1]), tensor("is_final", "BOOL", [1]), tensor("stop_trim", "INT32", [1])]
+         tensor("context_ids", "INT32", [-1]), tensor("is_final", "BOOL", [1]), tensor("stop_trim", "INT32", [1]),
+         tensor("stop_words_out", "STRING", [-1])]
         + [tensor(name, type_, [1]) for name, _, type_ in COUNTERS],
         # decoding_mode / max_draft_len are for reading only (as in tensorrtllm_backend's config); the
         # engine takes everything from <engine_dir>/spec.json
@@ -164,7 +165,7 @@ def postprocessing_config(spec: Spec, names: ModelNames, engine_dir: str) -> pbt
         names.postprocessing, spec,
         [tensor("TOKENS_BATCH", "INT32", [-1, -1]), tensor("SEQUENCE_LENGTH", "INT32", [-1]),
          tensor("CONTEXT_IDS", "INT32", [-1], optional=True), tensor("IS_FINAL", "BOOL", [1], optional=True),
-         tensor("STOP_TRIM", "INT32", [1], optional=True)]
+         tensor("STOP_TRIM", "INT32", [1], optional=True), tensor("STOP_WORDS", "STRING", [-1], optional=True)]
         + [tensor(upper, type_, [1], optional=True) for _, upper, type_ in COUNTERS],
         [tensor("OUTPUT", "STRING", [-1])] + [tensor(f"OUT_{upper}", type_, [1]) for _, upper, type_ in COUNTERS],
         {"engine_dir": engine_dir, "tokenizer_dir": "target"},
@@ -186,11 +187,14 @@ def ensemble_config(spec: Spec, names: ModelNames) -> pbtxt.ModelConfig:
                           "request_output_len": "_REQUEST_OUTPUT_LEN"})
     gen.input_map.update({inner: outer for outer, inner in DIRECT_TO_GENERATION.items()})
     gen.output_map.update({"output_ids": "_TOKENS", "sequence_length": "_SEQUENCE_LENGTH",
-                           "context_ids": "_CONTEXT_IDS", "is_final": "_IS_FINAL", "stop_trim": "_STOP_TRIM"})
+                           "context_ids": "_CONTEXT_IDS", "is_final": "_IS_FINAL", "stop_trim": "_STOP_TRIM",
+                           # echoed: a step may not take inputs from both the request and a decoupled step
+                           "stop_words_out": "_STOP_WORDS"})
     gen.output_map.update({name: f"_{upper}" for name, upper, _ in COUNTERS})
     post = steps.add(model_name=names.postprocessing, model_version=-1)
     post.input_map.update({"TOKENS_BATCH": "_TOKENS", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH",
-                           "CONTEXT_IDS": "_CONTEXT_IDS", "IS_FINAL": "_IS_FINAL", "STOP_TRIM": "_STOP_TRIM"})
+                           "CONTEXT_IDS": "_CONTEXT_IDS", "IS_FINAL": "_IS_FINAL", "STOP_TRIM": "_STOP_TRIM",
+                           "STOP_WORDS": "_STOP_WORDS"})
     post.input_map.update({upper: f"_{upper}" for _, upper, _ in COUNTERS})
     post.output_map.update({"OUTPUT": "text_output"})
     post.output_map.update({f"OUT_{upper}": name for name, upper, _ in COUNTERS})

@@ -168,6 +168,19 @@ def _tail(path: Path | None, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+# Error lines the bundled server prints on every CPU-only start (harmless).
+_NOISE = ("CudaDriverHelper has not been initialized", "unable to create stream for", "pinned memory",
+          "NVML", "DCGM")
+
+
+def _errors(path: Path | None, limit: int = 10) -> list[str]:
+    """The server log's error lines (Triton's `E` level), without the harmless CPU-only noise."""
+    if path is None or not Path(path).is_file():
+        return []
+    lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    return [line for line in lines if line[:1] == "E" and not any(n in line for n in _NOISE)][-limit:]
+
+
 def _http_status(url: str, timeout: float = 1.0) -> int | None:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (localhost only)
@@ -293,6 +306,12 @@ class TritonServer:
     def log_tail(self, lines: int = 40) -> str:
         return _tail(self._log_file, lines)
 
+    def failure_report(self, lines: int = 25) -> str:
+        """The log's error lines, then its last lines (what a failed start shows)."""
+        errors = _errors(self._log_file)
+        head = "errors:\n" + "\n".join(errors) + "\nlog tail:\n" if errors else "log tail:\n"
+        return head + self.log_tail(lines)
+
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
@@ -374,8 +393,8 @@ class TritonServer:
         while pending:
             if self.process is not None and self.process.poll() is not None:
                 raise ServeError(
-                    f"tritonserver exited with code {self.process.returncode} while starting; log tail:\n"
-                    f"{self.log_tail()}",
+                    f"tritonserver exited with code {self.process.returncode} while starting; "
+                    f"{self.failure_report()}",
                     hint=f"full log: {self._log_file}")
             if _http_status(pending[0]) == 200:
                 pending.pop(0)
@@ -383,8 +402,8 @@ class TritonServer:
             if time.monotonic() > deadline:
                 what = pending[0].removeprefix(base)
                 raise ServeError(
-                    f"tritonserver not ready after {timeout or self.ready_timeout:.0f}s ({what}); log tail:\n"
-                    f"{self.log_tail()}",
+                    f"tritonserver not ready after {timeout or self.ready_timeout:.0f}s ({what}); "
+                    f"{self.failure_report()}",
                     hint=f"full log: {self._log_file}; a model stuck in loading often means a Python/stub mismatch")
             time.sleep(0.1)
 

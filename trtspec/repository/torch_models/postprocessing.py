@@ -3,8 +3,9 @@
 Stateless and exact for streaming: each response of the generation model carries the newly
 accepted ids (TOKENS_BATCH) and a detokenization context (CONTEXT_IDS); the text output is what
 those ids add, holding back an incomplete UTF-8 character until it is complete or the request
-ends (IS_FINAL); on a stop string the final text loses its last STOP_TRIM characters (the
-stop string and what follows, as the engine trims them). See trtspec/repository/textio.py.
+ends (IS_FINAL). With stop strings (STOP_WORDS) a tail that may grow into one is held back as well,
+and the final text loses its last STOP_TRIM characters (the stop string and what follows, as the
+engine trims them). See trtspec/repository/textio.py.
 The speculative-decoding counters pass through unchanged (one ensemble response per step).
 """
 
@@ -45,6 +46,7 @@ class TritonPythonModel:
         context = _input(request, "CONTEXT_IDS")           # [batch, c]
         final = _input(request, "IS_FINAL")                # [batch, 1]
         trim = _input(request, "STOP_TRIM")                # [batch, 1]
+        stop = _input(request, "STOP_WORDS")               # [batch, n]
         batch = tokens.shape[0]
         texts = []
         for b in range(batch):
@@ -53,7 +55,8 @@ class TritonPythonModel:
             ctx = context[b].reshape(-1).tolist() if context is not None else []
             is_final = bool(final[b].reshape(-1)[0]) if final is not None else True
             cut = int(trim[b].reshape(-1)[0]) if trim is not None else 0
-            texts.append(textio.text_delta(self.tokenizer, ctx, delta, is_final, cut).encode("utf-8"))
+            words = [w.decode("utf-8", errors="replace") for w in stop[b].reshape(-1) if w] if stop is not None else []
+            texts.append(textio.text_delta(self.tokenizer, ctx, delta, is_final, cut, words).encode("utf-8"))
         outputs = [pb_utils.Tensor("OUTPUT", np.asarray(texts, dtype=np.object_).reshape(batch, 1))]
         for name, (out, dtype) in PASS_THROUGH.items():
             value = _input(request, name)

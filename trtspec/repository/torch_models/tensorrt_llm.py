@@ -5,8 +5,8 @@ It mirrors the tensorrtllm_backend model's name and I/O so that ensembles and cl
 unchanged: inputs input_ids, input_lengths, request_output_len, end_id, temperature,
 runtime_top_k, runtime_top_p, seed, streaming, plus stop_words (strings) and num_draft_tokens
 (0 = no speculation); outputs output_ids / sequence_length (the ids accepted since the previous
-response; all of them when not streaming), context_ids and is_final (for exact streaming
-detokenization in `postprocessing`, see trtspec/repository/textio.py) and the per-request
+response; all of them when not streaming), context_ids, is_final, stop_trim and stop_words_out (for
+exact streaming detokenization in `postprocessing`, see trtspec/repository/textio.py) and the per-request
 counters acceptance_rate, total_accepted_draft_tokens, total_draft_tokens, num_output_tokens,
 num_steps.
 
@@ -88,8 +88,11 @@ class Stream:
         self.sender = sender
         self.streaming = streaming
         self.stop = stop
+        self.stop_words = np.asarray([[w.encode("utf-8") for w in stop] or [b""]], dtype=np.object_)
         self.stats = serving.StreamStats()
-        self.text = textio.ContextTracker(model.boundary)
+        # with stop strings the context is the whole output: a held partial stop string may reach
+        # back past the last boundary token (see textio)
+        self.text = textio.ContextTracker(None if stop else model.boundary)
         self.done = False
 
     def response(self, context, delta, final, stop_trim=0):
@@ -100,6 +103,7 @@ class Stream:
             pb_utils.Tensor("context_ids", np.asarray(context, dtype=np.int32).reshape(1, -1)),
             pb_utils.Tensor("is_final", np.asarray([[final]], dtype=np.bool_)),
             pb_utils.Tensor("stop_trim", np.asarray([[stop_trim]], dtype=np.int32)),
+            pb_utils.Tensor("stop_words_out", self.stop_words),
             pb_utils.Tensor("acceptance_rate", np.asarray([[s.acceptance_rate]], dtype=np.float32)),
             pb_utils.Tensor("total_accepted_draft_tokens", np.asarray([[s.accepted]], dtype=np.int32)),
             pb_utils.Tensor("total_draft_tokens", np.asarray([[s.drafted]], dtype=np.int32)),

@@ -109,7 +109,7 @@ def test_a_model_that_fails_to_load_fails_the_start_with_the_log_tail(tmp_path):
     pbtxt.write_config(model, config)
     (model / "1" / "model.py").write_text(
         "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('boom-42')\n")
-    server = TritonServer(tmp_path / "repo", ready_timeout=60)
+    server = TritonServer(tmp_path / "repo", ready_timeout=60, work_dir=tmp_path / "work")  # keeps the log here
     with pytest.raises(ServeError, match="boom-42") as info:
         server.start()
     assert "full log" in info.value.hint

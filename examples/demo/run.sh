@@ -9,8 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 TRTSPEC=${TRTSPEC:-.venv/bin/trtspec}
 SPEC=${SPEC:-examples/demo/draft-model.toml}
-PROMPT=${PROMPT:-'def read_config(path):
-    """Read a configuration file and return a dict."""
+PROMPT=${PROMPT:-'class Stack:
+    def __init__(self):
+        self.items = []
+
+    def push(self, item):
 '}
 export TRANSFORMERS_VERBOSITY=error
 
@@ -18,6 +21,8 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "1/4 in-process speculative generation ($SPEC)"
 "$TRTSPEC" generate --local -c "$SPEC" -p "$PROMPT" --max-tokens 96
+echo "(the same request without speculation, for comparison:)"
+"$TRTSPEC" generate --local -c "$SPEC" -p "$PROMPT" --max-tokens 96 --no-spec --no-stream >/dev/null
 
 step "2/4 trtspec build -c $SPEC"
 "$TRTSPEC" build -c "$SPEC"

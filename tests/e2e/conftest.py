@@ -118,7 +118,9 @@ def e2e(tmp_path_factory) -> E2E:
     try:
         yield E2E(server, deployments, prompts, long_prompt, demo)
     finally:
-        server.stop()
+        code = server.stop()
+    # exit code 0: every model unloaded within the exit timeout, i.e. no request was left hanging
+    assert code == 0, f"tritonserver did not shut down cleanly (exit code {code}): {server.failure_report()}"
 
 
 @pytest.fixture(scope="session")

@@ -77,7 +77,8 @@ def test_clean_restart_on_the_same_ports(e2e):
         assert generate_remote(server.grpc_url, e2e.prompts[0], max_tokens=16).text == expected
     finally:
         pid, prefix = server.pid, server.shm_prefix
-        server.stop()
+        code = server.stop()
+    assert code == 0  # a clean shutdown: nothing left in flight
     assert _gone(pid) and not glob.glob(f"/dev/shm/{prefix}*")
     assert not any(port_in_use(p) for p in (ports.http_port, ports.grpc_port, ports.metrics_port))
 

@@ -170,7 +170,7 @@ def generate_remote(
 
     pieces: list[str] = []
     stats = {"tokens": 0, "drafted": 0, "accepted": 0, "rate": 0.0, "steps": 0}
-    count, ttft = 0, None
+    count, ttft, completed = 0, None, False
     start = time.perf_counter()
     deadline = start + timeout
     try:
@@ -212,10 +212,11 @@ def generate_remote(
                              rate=_scalar(result, "acceptance_rate", 0.0), steps=_scalar(result, "num_steps"))
             final = result.get_response().parameters.get("triton_final_response")
             if final is not None and final.bool_param:
+                completed = True
                 break
     finally:
-        try:
-            client.stop_stream(cancel_requests=True)
+        try:  # cancel only an unfinished request (cancelling a finished one leaks it in Triton 2.51's ensembles)
+            client.stop_stream(cancel_requests=not completed)
         except Exception:
             pass
         client.close()

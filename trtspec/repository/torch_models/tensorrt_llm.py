@@ -139,9 +139,8 @@ class Stream:
             self.fail("request cancelled")
             return
         if self.sender.is_cancelled():  # the client went away: free the engine's slot
-            self.done = True
             self.model.engine.cancel(event.request_id)
-            self.model.metrics.failures.increment(1)
+            self.fail("request cancelled")
             return
         context, delta = self.text.push(event.tokens)
         if event.finished:
@@ -161,13 +160,16 @@ class Stream:
         return len(full) - min(hits) if hits else 0
 
     def fail(self, message):
+        """End the request with an error (or, if the client cancelled it, with the bare final flag
+        that releases it in Triton)."""
         self.done = True
         self.model.metrics.failures.increment(1)
-        if self.sender.is_cancelled():
-            return
         try:
-            self.sender.send(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message)),
-                             flags=FINAL)
+            if self.sender.is_cancelled():
+                self.sender.send(flags=FINAL)
+            else:
+                self.sender.send(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message)),
+                                 flags=FINAL)
         except Exception:  # the client may be gone already
             pass
 

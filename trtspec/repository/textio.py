@@ -81,7 +81,7 @@ def hold_stop(text: str, stop: Sequence[str]) -> str:
 
 def shown(text: str, stop: Sequence[str] = ()) -> str:
     """What a non-final response may show of `text`: no incomplete character, no partial stop string."""
-    return hold_stop(hold(text), stop) if stop else hold(text)
+    return hold_stop(hold(text), stop)
 
 
 def text_delta(tokenizer: Any, context: Sequence[int], delta: Sequence[int], final: bool, trim: int = 0,
@@ -100,25 +100,13 @@ def text_delta(tokenizer: Any, context: Sequence[int], delta: Sequence[int], fin
         return after[len(before):]
     # A decoder that rewrites earlier text (not byte-level BPE nor SentencePiece): show the part
     # after the first difference rather than repeat text.
-    i = 0
-    for i, (a, b) in enumerate(zip(before, after)):  # noqa: B007
-        if a != b:
-            break
-    else:
-        i = min(len(before), len(after))
-    return after[i:]
+    return after[len(os.path.commonprefix([before, after])):]
 
 
-def boundary_tokens(tokenizer: Any, vocab_size: int | None = None) -> bytearray:
+def boundary_tokens(tokenizer: Any) -> bytearray:
     """A 0/1 table over token ids: 1 where the token alone decodes to non-empty text with no U+FFFD."""
-    n = max(len(tokenizer), vocab_size or 0)
-    table = bytearray(n)
-    ids = list(range(n))
-    texts = tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=True)
-    for i, text in zip(ids, texts):
-        if text and REPLACEMENT not in text:
-            table[i] = 1
-    return table
+    texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=True)
+    return bytearray(1 if text and REPLACEMENT not in text else 0 for text in texts)
 
 
 class ContextTracker:
@@ -131,16 +119,13 @@ class ContextTracker:
         self.boundary = boundary
         self.tokens: list[int] = []
         self.start = 0          # index of the context start for the next push
-        self._scanned = 0       # tokens examined for boundaries so far
 
     def push(self, new_ids: Sequence[int]) -> tuple[list[int], list[int]]:
         context = self.tokens[self.start:]
         delta = [int(t) for t in new_ids]
-        self.tokens.extend(delta)
         if self.boundary is not None:
-            for i in range(self._scanned, len(self.tokens)):
-                t = self.tokens[i]
+            for i, t in enumerate(delta, len(self.tokens)):
                 if 0 <= t < len(self.boundary) and self.boundary[t]:
                     self.start = i
-            self._scanned = len(self.tokens)
+        self.tokens.extend(delta)
         return context, delta

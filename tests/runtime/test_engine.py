@@ -12,7 +12,7 @@ import family
 from family import VOCAB, engine
 from trtspec.errors import GenerationError
 from trtspec.runtime import Drafter, Draft, SamplingParams, SpecEngine
-from trtspec.runtime.engine import AdaptiveConfig, AdaptiveK, load_cap
+from trtspec.runtime.engine import AdaptiveConfig, AdaptiveK, best_option, load_cap
 from trtspec.runtime.llama import Llama
 
 N_NEW = 40
@@ -397,22 +397,36 @@ def test_empty_string_prompt_is_rejected(fam):
 
 # ---------------------------------------------------------------------------------------------- adaptive
 
-def test_adaptive_k_grows_shrinks_falls_back_and_probes():
-    a = AdaptiveK(6, AdaptiveConfig(min_draft_tokens=2, history=4, fallback_acceptance=0.3))
-    assert a.next_k() == 6
-    for _ in range(3):
-        a.update(6, 1, 6)  # poor acceptance: shrink to the floor
-    assert a.k == 3
-    a.update(3, 0, 3)
-    a.update(2, 0, 2)
-    assert a.k == 2 and a.ema < 0.3
+def test_adaptive_k_follows_the_formula_falls_back_and_probes():
+    chain = [(k, k) for k in range(1, 9)]
+    # K maximising E[tau](alpha, K) / (1 + K c): grows with alpha
+    assert [best_option(a, chain, 0.15) for a in (0.95, 0.83, 0.7, 0.5, 0.3)] == [8, 5, 3, 2, 1]
+    assert best_option(0.83, chain, 0.0) == 8 and best_option(0.83, chain, 1.0) == 1
+    a = AdaptiveK([(k, k) for k in range(1, 7)], AdaptiveConfig(min_draft_tokens=2, history=4, fallback_acceptance=0.3),
+                  cost=0.15)
+    assert a.next_k() == 6  # no estimate yet: optimistic
+    for _ in range(6):
+        a.update(6, 6, 6)
+    assert a.alpha == 1.0 and a.k == 6
+    for _ in range(6):
+        a.update(a.k, 1, a.k)  # one accepted, then a rejection: per-token acceptance 1/2
+    assert 2 <= a.k <= 3
+    for _ in range(8):
+        a.update(a.k, 0, a.k)
+    assert a.alpha < 0.3
     assert [a.next_k() for _ in range(4)] == [0, 0, 0, 0]  # plain decoding for `history` steps
-    assert a.next_k() == 2  # probe
-    a.update(2, 2, 2)  # a good probe resumes speculation and grows K again
-    assert a.next_k() == 3
-    for _ in range(5):
-        a.update(a.k, a.k, a.k)
-    assert a.k == 6
+    assert a.next_k() == 2  # a probe with the smallest option (min_draft_tokens)
+    a.update(2, 0, 2)  # a bad probe: plain again
+    assert [a.next_k() for _ in range(5)] == [0, 0, 0, 0, 2]
+    a.update(2, 2, 2)  # a good probe restarts the estimate
+    assert a.next_k() == 6
+
+
+def test_tree_options_for_adaptive_k():
+    from trtspec.runtime.drafters import tree_from_choices, tree_options
+
+    tree = tree_from_choices([[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 1], [0, 0, 0, 0]])
+    assert tree_options(tree, 8) == [(1, 1), (2, 1), (3, 2), (4, 2), (5, 2), (6, 3), (7, 3), (8, 4)]
 
 
 def test_load_cap_and_adaptive_fallback_in_the_engine(fam, prompts):

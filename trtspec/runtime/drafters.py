@@ -88,6 +88,15 @@ def tree_from_choices(choices: Sequence[Sequence[int]]) -> list[tuple[int, int, 
     return nodes
 
 
+def tree_options(tree: list[tuple[int, int, int]], k_max: int) -> list[tuple[int, int]]:
+    """(first n nodes, their depth) for n = 1..k_max: the sub-trees a node budget gives."""
+    out, depth = [], 0
+    for n, (_, _, d) in enumerate(tree[:k_max], start=1):
+        depth = max(depth, d)
+        out.append((n, depth))
+    return out
+
+
 class Drafter:
     """No drafting: plain decoding through the same engine."""
 
@@ -104,6 +113,10 @@ class Drafter:
     def max_nodes(self, k: int) -> int:
         """Upper bound on the draft nodes of one step when drafting up to k tokens."""
         return k
+
+    def k_options(self, k_max: int) -> list[tuple[int, int]]:
+        """(K, depth of the draft it gives) for K = 1..k_max: what adaptive K chooses from."""
+        return [(k, k) for k in range(1, k_max + 1)]
 
     def admit(self, row: int, req: Row, hidden: torch.Tensor) -> None:
         """A request entered `row`; hidden [P, H]: the target's final hidden states over its prompt."""
@@ -256,6 +269,9 @@ class MedusaDrafter(Drafter):
     def k_counts_nodes(self) -> bool:
         return self.tree is not None
 
+    def k_options(self, k_max: int) -> list[tuple[int, int]]:
+        return tree_options(self.tree, k_max) if self.tree else super().k_options(k_max)
+
     def admit(self, row: int, req: Row, hidden: torch.Tensor) -> None:
         self.last[row] = hidden[-1]
 
@@ -338,6 +354,9 @@ class EagleDrafter(Drafter):
     @property
     def k_counts_nodes(self) -> bool:
         return self.tree is not None
+
+    def k_options(self, k_max: int) -> list[tuple[int, int]]:
+        return tree_options(self.tree, k_max) if self.tree else super().k_options(k_max)
 
     def admit(self, row: int, req: Row, hidden: torch.Tensor) -> None:
         self.cache.lengths[row] = 0

@@ -87,20 +87,50 @@ class AdaptiveConfig:
     fallback_acceptance: float = 0.2
 
 
-class AdaptiveK:
-    """Draft length of one request from its recent acceptance.
+DRAFT_COST = 0.15  # c: one draft token's cost in target decode steps (draft pass + verify growth; CPU-typical)
 
-    rate = accepted / depth of each speculative step, smoothed as an EMA over ~`history` steps. K grows by one
-    when a step accepts everything and shrinks by one when it accepts less than half, within [k_min, k_max].
-    When the EMA stays below `fallback` (after `history` steps) the request decodes plainly (K = 0) for
-    `history` steps, then probes once with k_min: a probe at or above `fallback` resumes speculation.
+
+def expected_tokens(alpha: float, depth: int) -> float:
+    """E[tokens/step] = (1 - α^(K+1)) / (1 - α) for K = depth i.i.d. drafts (reference/speculative-decoding.md)."""
+    return depth + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (depth + 1)) / (1.0 - alpha)
+
+
+def best_option(alpha: float, options: list[tuple[int, int]], cost: float) -> int:
+    """The draft budget maximising the ideal speedup E[τ](α, depth) / (1 + budget·c) (ties: the smaller)."""
+    best, best_gain = options[0][0], -1.0
+    for budget, depth in options:
+        gain = expected_tokens(alpha, depth) / (1.0 + budget * cost)
+        if gain > best_gain + 1e-9:
+            best, best_gain = budget, gain
+    return best
+
+
+class AdaptiveK:
+    """Draft length of one request from its recent acceptance, by the speedup formula.
+
+    α̂: per-token acceptance over the last ~`history` steps (EMA span): EMA(accepted) / EMA(drafts tested),
+    where a step tests its accepted drafts plus the one rejected, if any. Each step drafts the option (budget, depth) that maximises the ideal speedup
+    E[τ](α̂, depth) / (1 + budget·c): options are (k, k) for k_min..k_max for chains and (first n nodes, their
+    depth) for a tree; c is the cost of one draft token in target steps. So K grows while drafts are accepted
+    and shrinks as α̂ falls. When α̂ stays below `fallback` (after `history` steps) the request decodes plainly
+    (K = 0) for `history` steps, then probes once with the smallest option; the probe's acceptance restarts α̂.
+    Deterministic given the acceptance history (seeded sampling stays reproducible).
     """
 
-    def __init__(self, k_max: int, cfg: AdaptiveConfig):
-        self.k_max, self.k_min = k_max, max(0, min(cfg.min_draft_tokens, k_max))
-        self.history, self.fallback = cfg.history, cfg.fallback_acceptance
-        self.alpha = 2.0 / (cfg.history + 1)
-        self.k, self.ema, self.steps, self.off, self.probing = k_max, None, 0, 0, False
+    def __init__(self, options: list[tuple[int, int]], cfg: AdaptiveConfig, cost: float = DRAFT_COST):
+        k_max = max((b for b, _ in options), default=0)
+        self.k_max = k_max
+        self.options = sorted(o for o in options if o[0] >= min(cfg.min_draft_tokens, k_max)) or [(0, 0)]
+        self.k_min = self.options[0][0]
+        self.cost, self.history, self.fallback = cost, cfg.history, cfg.fallback_acceptance
+        self.weight = 2.0 / (cfg.history + 1)
+        self.alpha: float | None = None
+        self.acc = self.trials = 0.0
+        self.steps, self.off, self.probing = 0, 0, False
+
+    @property
+    def k(self) -> int:
+        return self.k_max if self.alpha is None else best_option(self.alpha, self.options, self.cost)
 
     def next_k(self) -> int:
         if self.off > 0:
@@ -112,17 +142,16 @@ class AdaptiveK:
     def update(self, k: int, accepted: int, depth: int) -> None:
         if k == 0 or depth == 0:
             return
-        rate = accepted / depth
-        if self.probing:
-            self.probing, self.ema, self.steps, self.k = False, rate, self.history, max(self.k_min, 1)
-        else:
-            self.ema = rate if self.ema is None else (1 - self.alpha) * self.ema + self.alpha * rate
+        trials = accepted + (1 if accepted < depth else 0)  # drafts tested: the accepted ones and the rejected one
+        if self.probing or self.alpha is None:
+            self.steps = self.history if self.probing else self.steps + 1  # a probe decides at once
+            self.probing, self.acc, self.trials = False, float(accepted), float(trials)
+        else:  # pooled over recent steps (an average of per-step ratios would be biased low)
+            self.acc += self.weight * (accepted - self.acc)
+            self.trials += self.weight * (trials - self.trials)
             self.steps += 1
-        if accepted == depth:
-            self.k = min(self.k_max, self.k + 1)
-        elif rate < 0.5:
-            self.k = max(self.k_min, self.k - 1)
-        if self.steps >= self.history and self.ema < self.fallback:
+        self.alpha = self.acc / self.trials
+        if self.steps >= self.history and self.alpha < self.fallback:
             self.off = self.history
 
 
@@ -135,7 +164,8 @@ class _Request:
     _ids = itertools.count()
 
     def __init__(self, prompt: list[int], params: SamplingParams, on_event: Callable[[StepEvent], None],
-                 eos: frozenset[int], k_max: int, adaptive: AdaptiveConfig):
+                 eos: frozenset[int], k_max: int, adaptive: AdaptiveConfig, options: list[tuple[int, int]],
+                 cost: float):
         self.id = f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
         self.prompt, self.params, self.on_event, self.eos = prompt, params, on_event, eos
         self.seq: list[int] = list(prompt)
@@ -145,7 +175,7 @@ class _Request:
             self.gen.manual_seed(params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little"))
         fixed = params.num_draft_tokens
         self.fixed_k = None if fixed is None else min(fixed, k_max)
-        self.adaptive = AdaptiveK(k_max, adaptive if fixed is None else AdaptiveConfig(enabled=False))
+        self.adaptive = AdaptiveK(options, adaptive if fixed is None else AdaptiveConfig(enabled=False), cost)
         self.use_adaptive = fixed is None and adaptive.enabled
         self.t_submit = time.perf_counter()
         self.t_first = self.t_done = None
@@ -189,7 +219,7 @@ class SpecEngine:
 
     def __init__(self, target: Llama, drafter: Drafter | None = None, tokenizer=None, *, max_batch_size: int = 4,
                  max_input_len: int = 512, max_output_len: int = 256, num_draft_tokens: int = 4,
-                 adaptive: AdaptiveConfig = AdaptiveConfig(), name: str = "model"):
+                 adaptive: AdaptiveConfig = AdaptiveConfig(), name: str = "model", draft_cost: float = DRAFT_COST):
         self.target, self.drafter, self.tokenizer, self.name = target, drafter or Drafter(), tokenizer, name
         self.max_batch_size, self.max_input_len, self.max_output_len = max_batch_size, max_input_len, max_output_len
         self.adaptive = adaptive
@@ -200,6 +230,8 @@ class SpecEngine:
         self.drafter.setup(target, max_batch_size, self.max_seq)
         self.k_max = self.drafter.max_draft_tokens(num_draft_tokens)
         self.method = self.drafter.name if self.k_max > 0 else "none"  # "draft-model", "medusa", ...
+        self.k_options = self.drafter.k_options(self.k_max)  # (budget, depth) choices for adaptive K
+        self.draft_cost = draft_cost
         self.device = target.device
         eos = set(target.cfg.eos_token_ids)
         if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
@@ -346,7 +378,7 @@ class SpecEngine:
             eos = self.eos_ids
         else:
             eos = frozenset() if params.end_id < 0 else frozenset([params.end_id])
-        return _Request(prompt, params, on_event, eos, self.k_max, self.adaptive)
+        return _Request(prompt, params, on_event, eos, self.k_max, self.adaptive, self.k_options, self.draft_cost)
 
     def _validate(self, prompt: list[int], p: SamplingParams) -> None:
         V = self.target.cfg.vocab_size

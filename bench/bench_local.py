@@ -176,7 +176,7 @@ def main(argv=None) -> int:
         print(f"no demo family at {models} (train it: trtspec models train-demo)")
         return 1
     print(f"models: {models}{'' if manifest.is_file() else ' (no MANIFEST.json)'}  threads: {args.threads}  "
-          f"prompts: {args.prompts} x {args.new} new tokens, greedy, batch 1")
+          f"prompts: {args.prompts} x {args.new} new tokens, greedy, batch 1  load avg: {os.getloadavg()[0]:.2f}")
 
     plain_eng = SpecEngine.from_spec(spec_for("none", models))
     prompts = load_prompts(models, args.prompts, plain_eng.tokenizer)
@@ -216,6 +216,7 @@ def main(argv=None) -> int:
                              same=outs == plain_tokens))
 
     print_table(rows, per_token)
+    print(f"(load average at the end: {os.getloadavg()[0]:.2f}; other processes on the machine skew timings)")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0

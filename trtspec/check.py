@@ -68,7 +68,7 @@ def run_check(spec: Spec, models: bool = True, engines: Path | None = Path("engi
 def _gpu_checks(spec: Spec, report: CheckReport, models: bool, engines: Path | None,
                 server_version: str | None) -> None:
     """Memory plan, and engine/server TensorRT-LLM version compatibility (trtllm-engine)."""
-    if models and not report.problems:
+    if models and report.pair is not None:
         from trtspec.build.trtllm.memory import memory_plan
 
         plan = memory_plan(spec)
@@ -82,4 +82,4 @@ def _gpu_checks(spec: Spec, report: CheckReport, models: bool, engines: Path | N
 
             version = server_version or spec.runtime.trtllm.version
             report.notes.append(f"engines {engine_dir} checked against TensorRT-LLM {version} on the server")
-            report.problems.extend(f"engine/server mismatch: {p}" for p in check_engine_compat(engine_dir, version))
+            report.problems.extend(f"engines: {p}" for p in check_engine_compat(engine_dir, version))

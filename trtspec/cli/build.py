@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from trtspec.cli.options import config_option, json_option
+from trtspec.cli.options import config_option, json_option, runtime_option, with_runtime
 
 
 @click.command()
@@ -16,8 +16,7 @@ from trtspec.cli.options import config_option, json_option
               type=click.Path(file_okay=False), help="Where engines/<name>/ are written.")
 @click.option("--out-repo", default="model_repository", show_default=True, envvar="TRTSPEC_MODEL_REPOSITORY",
               type=click.Path(file_okay=False), help="Where model_repository/<name>/ is written.")
-@click.option("--runtime", type=click.Choice(["torch", "trtllm-engine", "trtllm-llmapi"]),
-              help="Override runtime.kind of the spec.")
+@runtime_option
 @click.option("--dry-run", is_flag=True, help="Print the build plan (trtllm-build command lines); run nothing.")
 @click.option("--force", is_flag=True, help="Rebuild even if the lock manifest says nothing changed.")
 @click.option("--trtllm-build", "trtllm_build", envvar="TRTSPEC_TRTLLM_BUILD",
@@ -32,17 +31,9 @@ def build(config, out_engines, out_repo, runtime, dry_run, force, trtllm_build, 
     """
     from trtspec.build import BuildOptions
     from trtspec.build import build as run_build
-    from trtspec.spec import load_spec, spec_from_dict
+    from trtspec.spec import load_spec
 
-    spec = load_spec(config)
-    if runtime and runtime != spec.runtime.kind:
-        data = spec.to_dict()
-        data["runtime"]["kind"] = runtime
-        if runtime != "torch":
-            data["runtime"]["device"] = "cuda"
-            if data["gpu"]["type"] == "cpu":
-                data["gpu"]["type"] = "h100"
-        spec = spec_from_dict(data, source=spec.source)
+    spec = with_runtime(load_spec(config), runtime)
     options = BuildOptions(out_engines=Path(out_engines), out_repo=Path(out_repo), dry_run=dry_run, force=force,
                            trtllm_build=trtllm_build, progress=not as_json)
     result = run_build(spec, options)

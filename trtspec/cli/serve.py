@@ -8,7 +8,7 @@ import threading
 
 import click
 
-from trtspec.cli.options import config_option, json_option
+from trtspec.cli.options import config_option, json_option, runtime_option, with_runtime
 from trtspec.errors import ServeError
 
 
@@ -31,24 +31,30 @@ def _endpoint_lines(state: dict) -> list[str]:
 @click.option("--stop", "stop", is_flag=True, help="Stop the background server started for this spec.")
 @click.option("--timeout", default=300.0, show_default=True, type=float,
               help="Seconds to wait for the server and every model to be ready.")
+@runtime_option
+@click.option("--print-command", is_flag=True,
+              help="trtllm runtimes: print the server command line (mpirun x world size) and exit.")
 @json_option
-def serve(config, grpc_port, http_port, metrics_port, out_repo, foreground, stop, timeout, as_json) -> None:
+def serve(config, grpc_port, http_port, metrics_port, out_repo, foreground, stop, timeout, runtime, print_command,
+          as_json) -> None:
     """Start Triton Inference Server (the one bundled with nvidia-pytriton) on the spec's model
     repository and print its endpoints.
 
     By default the server runs in the background and its pid, ports and log are recorded in
     .trtspec/serve-<name>.json (what `--stop` and `trtspec generate` read). The Python-backend
     environment (backend dir, LD_LIBRARY_PATH, PATH, shared memory) is prepared automatically.
+
+    For the trtllm-engine / trtllm-llmapi runtimes this runs inside the Triton TensorRT-LLM
+    container: it installs NVIDIA's Python models into the repository and runs tritonserver under
+    mpirun (world size = tensor x pipeline parallel) in the foreground. --print-command shows it.
     """
     from trtspec.serve import running_state, server_for_spec, start_background, stop_background
     from trtspec.spec import load_spec
 
-    spec = load_spec(config)
+    spec = with_runtime(load_spec(config), runtime)
     if spec.runtime.kind != "torch" and not stop:
-        raise ServeError(f"runtime {spec.runtime.kind!r} needs the Triton TensorRT-LLM container (GPU); the bundled "
-                         "server has no tensorrtllm backend",
-                         hint="run tritonserver in nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3 on "
-                              f"model_repository/{spec.name}, or use runtime.kind = \"torch\" here")
+        _serve_trtllm(spec, out_repo, grpc_port, http_port, metrics_port, print_command, as_json)
+        return
     if stop:
         state = stop_background(spec.name)
         if as_json:
@@ -92,6 +98,34 @@ def serve(config, grpc_port, http_port, metrics_port, out_repo, foreground, stop
         signal.signal(signal.SIGTERM, previous)
         click.echo("stopping ...", err=True)
         server.stop()
+
+
+def _serve_trtllm(spec, out_repo, grpc_port, http_port, metrics_port, print_command, as_json) -> None:
+    """Run the launch command of a TensorRT-LLM repository (inside the Triton TRT-LLM container)."""
+    import shlex
+    import subprocess
+    from pathlib import Path
+
+    from trtspec.repository.trtllm import install_upstream_files, launch_command
+    from trtspec.repository.trtllm.launch import TRITONSERVER
+
+    repo = Path(out_repo) / spec.name
+    cmd = launch_command(spec, repo, http_port=http_port or None, grpc_port=grpc_port or None,
+                         metrics_port=metrics_port or None)
+    if print_command or as_json:
+        click.echo(json.dumps({"argv": cmd, "shell": shlex.join(cmd)}, indent=2) if as_json else shlex.join(cmd))
+        return
+    if not repo.is_dir():
+        raise ServeError(f"no model repository at {repo}", hint=f"run `trtspec build -c <spec>` first")
+    if not Path(TRITONSERVER).is_file():
+        image = spec.runtime.trtllm.image
+        raise ServeError(f"runtime {spec.runtime.kind!r} serves from the Triton TensorRT-LLM container ({TRITONSERVER} "
+                         "is not here; the bundled CPU server has no tensorrtllm backend)",
+                         hint=f"docker run --gpus all --shm-size 2g -v $PWD:/work -w /work {image} "
+                              f"trtspec serve -c <spec>   (or --print-command to see the command)")
+    install_upstream_files(repo)
+    click.echo(f"serving {spec.name!r} ({spec.method}, world size {spec.world_size}): {shlex.join(cmd)}", err=True)
+    raise SystemExit(subprocess.call(cmd))
 
 
 def register(main: click.Group) -> None:

@@ -66,9 +66,7 @@ def generate(config, local, url, prompt, max_tokens, temperature, top_k, top_p, 
     text = _read_prompt(prompt)
     k = 0 if no_spec else num_draft_tokens
     show = stream and not as_json
-    on_text = (lambda s: click.echo(s, nl=False)) if show else None
-    if show:
-        click.secho(text, nl=False, dim=True)
+    on_text = _echo_after_prompt(text) if show else None
     if local:
         result = _local(config, text, max_tokens, temperature, top_k, top_p, seed, k, stop, on_text)
     else:
@@ -81,6 +79,20 @@ def generate(config, local, url, prompt, max_tokens, temperature, top_k, top_p, 
         click.echo(result["text"], nl=False)
     click.echo()
     click.secho(_stats_line(result), fg="cyan", err=True)
+
+
+def _echo_after_prompt(prompt: str):
+    """A text callback that shows the prompt (dimmed) with the first text, so errors print on a clean line."""
+    shown = False
+
+    def on_text(piece: str) -> None:
+        nonlocal shown
+        if not shown:
+            click.secho(prompt, nl=False, dim=True)
+            shown = True
+        click.echo(piece, nl=False)
+
+    return on_text
 
 
 def _local(config, text, max_tokens, temperature, top_k, top_p, seed, k, stop, on_text) -> dict:

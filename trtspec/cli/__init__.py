@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "trtspec.cli.serve",
     "trtspec.cli.bench",
     "trtspec.cli.convert",
+    "trtspec.cli.deploy",
 ]
 
 

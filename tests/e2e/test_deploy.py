@@ -1,0 +1,153 @@
+"""`trtspec deploy` against a real Triton server started here in explicit model-control mode on an
+empty repository directory: a deploy that loads and passes its smoke test, a broken redeploy that
+rolls back to the previous deployment, and one-line preflight errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from trtspec.build import BuildOptions, build
+from trtspec.cli import main
+from trtspec.client import generate_remote
+from trtspec.errors import DeployError
+from trtspec.serve import TritonServer, free_port
+from trtspec.serve.deploy import BACKUP_PREFIX, STAGE_PREFIX, deploy_spec, resolve_grpc_url
+
+pytestmark = pytest.mark.e2e
+METHOD = "draft-model"
+TOKENS = 24
+
+
+@dataclasses.dataclass
+class Target:
+    server: TritonServer
+    repo: Path                 # the server's model repository (--server-repo)
+    spec: object
+    out: Path                  # parent of engines/ and model_repository/ of the first build
+    prompt: str
+    cli_output: dict           # `trtspec deploy --json` of the first deploy
+
+
+def _build(spec, root: Path) -> Path:
+    build(spec, BuildOptions(out_engines=root / "engines", out_repo=root / "model_repository", progress=False))
+    return root
+
+
+def _models_ready(url: str, models: list[str]) -> bool:
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(url)
+    try:
+        return all(client.is_model_ready(m) for m in models)
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def target(e2e, tmp_path_factory):
+    """A fresh explicit-mode server on an empty repository, and the first deploy done with the CLI."""
+    root = tmp_path_factory.mktemp("deploy")
+    spec = e2e.deployments[METHOD].spec
+    out = _build(spec, root / "first")
+    repo = root / "server_repo"
+    repo.mkdir()
+    server = TritonServer(repo, load_models=(), ready_timeout=120, work_dir=root / "work")
+    server.start()
+    try:
+        result = CliRunner().invoke(main, [
+            "deploy", "-c", str(spec.source), "--url", server.http_url, "--grpc-url", server.grpc_url,
+            "--server-repo", str(repo), "--repo", str(out / "model_repository"), "--engines", str(out / "engines"),
+            "--smoke-prompt", e2e.prompts[0], "--smoke-tokens", str(TOKENS), "--json"])
+        assert result.exit_code == 0, result.output
+        yield Target(server, repo, spec, out, e2e.prompts[0], json.loads(result.output))
+    finally:
+        code = server.stop()
+    assert code == 0, f"tritonserver did not shut down cleanly: {server.failure_report()}"
+
+
+def test_deploy_loads_and_smoke_tests_the_build(target, e2e):
+    out, spec = target.cli_output, target.spec
+    ensemble = spec.serving.ensemble_name
+    assert out["models"][0] == ensemble and len(out["models"]) == 4
+    assert _models_ready(target.server.http_url, out["models"])
+    smoke = out["smoke"]
+    assert smoke["identical"] and smoke["text"] and smoke["text"] == smoke["text_plain"]
+    assert smoke["new_tokens"] == TOKENS and smoke["ttft_seconds"] > 0
+    assert out["backup"] is None and out["replaced"] == []  # the repository was empty
+    # the engines travelled with the models, and the models find them through a relative parameter
+    assert (target.repo / ".trtspec-engines" / spec.name / "trtspec.lock.json").is_file()
+    assert 'string_value: ".trtspec-engines/' in (target.repo / "tensorrt_llm" / "config.pbtxt").read_text()
+    assert not list(target.repo.glob(f"{STAGE_PREFIX}*"))
+    # served text = the same weights served by the session's shared server
+    served = generate_remote(target.server.grpc_url, target.prompt, max_tokens=TOKENS, model=ensemble).text
+    shared = generate_remote(e2e.server.grpc_url, target.prompt, max_tokens=TOKENS,
+                             model=e2e.deployments[METHOD].ensemble).text
+    assert served == smoke["text"] == shared
+
+
+def test_a_broken_redeploy_rolls_back_to_the_previous_deployment(target, tmp_path):
+    spec, server = target.spec, target.server
+    ensemble = spec.serving.ensemble_name
+    before = generate_remote(server.grpc_url, target.prompt, max_tokens=TOKENS, model=ensemble).text
+    good_source = (target.repo / "tensorrt_llm" / "1" / "model.py").read_bytes()
+    broken = _build(spec, tmp_path / "second")
+    model_py = broken / "model_repository" / spec.name / "tensorrt_llm" / "1" / "model.py"
+    model_py.write_text(model_py.read_text() + "\nraise RuntimeError('broken-build-7')\n")
+
+    with pytest.raises(DeployError) as info:
+        deploy_spec(spec, server.http_url, target.repo, grpc_url=server.grpc_url, smoke_prompt=target.prompt,
+                    smoke_tokens=TOKENS, out_repo=broken / "model_repository", out_engines=broken / "engines")
+    message = info.value.message
+    assert "failed at the load" in message and "broken-build-7" in message and "rolled back" in message
+    assert "\n" not in message and " At: " not in message  # one line, no Python traceback
+    assert info.value.exit_code == 5
+    # the previous files are back, the backup is consumed, nothing staged is left over
+    assert (target.repo / "tensorrt_llm" / "1" / "model.py").read_bytes() == good_source
+    assert not list(target.repo.glob(f"{BACKUP_PREFIX}*")) and not list(target.repo.glob(f"{STAGE_PREFIX}*"))
+    # and the previous deployment serves the same output again
+    assert _models_ready(server.http_url, target.cli_output["models"])
+    assert generate_remote(server.grpc_url, target.prompt, max_tokens=TOKENS, model=ensemble).text == before
+
+
+def test_preflight_errors_are_one_line(target, tmp_path):
+    spec, server = target.spec, target.server
+    runner = CliRunner()
+    base = ["deploy", "-c", str(spec.source), "--server-repo", str(target.repo)]
+    no_build = runner.invoke(main, base + ["--url", server.http_url, "--grpc-url", server.grpc_url,
+                                           "--repo", str(tmp_path / "none"), "--engines", str(tmp_path / "none")])
+    assert no_build.exit_code == DeployError.exit_code
+    assert no_build.output.startswith("error: no built model repository")
+    assert f"hint: trtspec build -c {spec.source}" in no_build.output and len(no_build.output.splitlines()) == 2
+
+    dead = f"localhost:{free_port()}"
+    unreachable = runner.invoke(main, base + ["--url", dead, "--grpc-url", server.grpc_url,
+                                              "--repo", str(target.out / "model_repository"),
+                                              "--engines", str(target.out / "engines")])
+    assert unreachable.exit_code == DeployError.exit_code
+    assert unreachable.output.startswith(f"error: cannot reach Triton at {dead}\n")
+    assert len(unreachable.output.splitlines()) == 2
+    assert _models_ready(server.http_url, target.cli_output["models"])  # nothing was touched
+
+
+def test_grpc_url_comes_from_the_serve_state_or_is_required(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRTSPEC_STATE_DIR", str(tmp_path))
+    with pytest.raises(DeployError, match="cannot tell the gRPC port") as info:
+        resolve_grpc_url("myhost:8123", None)
+    assert "--grpc-url" in info.value.hint
+    state = {"pid": os.getpid(), "http_port": 8123, "grpc_port": 8124}
+    (tmp_path / "serve-other.json").write_text(json.dumps(state))
+    assert resolve_grpc_url("myhost:8123", None) == "myhost:8124"
+    assert resolve_grpc_url("myhost:8123", "grpc://h:1") == "h:1"
+
+
+def test_the_package_deploy_function_still_works_after_importing_the_module():
+    import trtspec.serve
+    import trtspec.serve.deploy  # noqa: F401  (rebinds trtspec.serve.deploy to the module)
+
+    assert callable(trtspec.serve.deploy) and trtspec.serve.deploy.load_models.__module__ == "trtspec.serve"

@@ -144,10 +144,3 @@ def test_grpc_url_comes_from_the_serve_state_or_is_required(tmp_path, monkeypatc
     (tmp_path / "serve-other.json").write_text(json.dumps(state))
     assert resolve_grpc_url("myhost:8123", None) == "myhost:8124"
     assert resolve_grpc_url("myhost:8123", "grpc://h:1") == "h:1"
-
-
-def test_the_package_deploy_function_still_works_after_importing_the_module():
-    import trtspec.serve
-    import trtspec.serve.deploy  # noqa: F401  (rebinds trtspec.serve.deploy to the module)
-
-    assert callable(trtspec.serve.deploy) and trtspec.serve.deploy.load_models.__module__ == "trtspec.serve"

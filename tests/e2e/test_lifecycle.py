@@ -16,7 +16,7 @@ from trtspec.client import generate_remote, resolve_url
 from trtspec.errors import ClientError, ServeError
 from trtspec.repository import pbtxt
 from trtspec.repository.pbtxt import tensor
-from trtspec.serve import TritonServer, deploy, undeploy
+from trtspec.serve import TritonServer, load_models, unload_models
 from trtspec.serve.server import port_in_use
 
 pytestmark = pytest.mark.e2e
@@ -90,14 +90,14 @@ def test_undeploy_and_deploy_on_the_running_server(e2e):
     url, grpc_url = e2e.server.http_url, e2e.server.grpc_url
     expected = _expected(e2e)
     generation = f"tensorrt_llm_{METHOD}"
-    undeploy(url, [dep.ensemble, generation])
+    unload_models(url, [dep.ensemble, generation])
     try:
         with pytest.raises(ClientError, match="unknown model"):
             generate_remote(grpc_url, e2e.prompts[0], max_tokens=4, model=dep.ensemble, timeout=20)
         assert generate_remote(grpc_url, e2e.prompts[0], max_tokens=4,
                                model=e2e.deployments["eagle"].ensemble).new_tokens == 4  # others keep serving
     finally:
-        assert deploy(url, [dep.ensemble]) == [dep.ensemble]
+        assert load_models(url, [dep.ensemble]) == [dep.ensemble]
     assert _expected(e2e) == expected
 
 

@@ -5,8 +5,9 @@ Library API:
   server process (see trtspec.serve.server);
 - `start_background(spec, ...)` / `stop_background(name)`: what `trtspec serve` / `serve --stop` do,
   with the state file `.trtspec/serve-<name>.json`;
-- `deploy(url, models)` / `undeploy(url, models)`: load / unload models of the repository of a running
-  server started with `--model-control-mode=explicit`.
+- `load_models(url, models)` / `unload_models(url, models)`: load / unload models of the repository of a
+  running server started with `--model-control-mode=explicit`;
+- `trtspec.serve.deploy.deploy_spec(...)`: `trtspec deploy` (stage, load, smoke test, roll back).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from trtspec.serve.server import Endpoints, TritonServer, find_triton, free_port
 from trtspec.serve.state import read_state, state_dir, state_path
 from trtspec.spec import Spec
 
-__all__ = ["Endpoints", "TritonServer", "deploy", "find_triton", "free_port", "repository_dir", "running_state",
-           "server_for_spec", "start_background", "stop_background", "undeploy"]
+__all__ = ["Endpoints", "TritonServer", "load_models", "find_triton", "free_port", "repository_dir", "running_state",
+           "server_for_spec", "start_background", "stop_background", "unload_models"]
 
 
 def repository_dir(spec: Spec, out_repo: str | Path = "model_repository") -> Path:
@@ -96,10 +97,10 @@ def _http_client(url: str):
     return httpclient.InferenceServerClient(normalize_url(url))
 
 
-def deploy(url: str, models: Iterable[str], *, reload: bool = False) -> list[str]:
+def load_models(url: str, models: Iterable[str], *, reload: bool = False) -> list[str]:
     """Load `models` from the model repository of the running server at `url` (HTTP HOST:PORT),
     which must run with `--model-control-mode=explicit` (as `TritonServer` does by default).
-    Loading an ensemble loads its steps too, so `deploy(url, ["ensemble"])` brings a whole
+    Loading an ensemble loads its steps too, so `load_models(url, ["ensemble"])` brings a whole
     deployment up. `reload` unloads a loaded model first (for new files with an unchanged config,
     which Triton's load would otherwise ignore). Returns the models now ready."""
     from tritonclient.utils import InferenceServerException
@@ -124,7 +125,7 @@ def deploy(url: str, models: Iterable[str], *, reload: bool = False) -> list[str
     return loaded
 
 
-def undeploy(url: str, models: Iterable[str], unload_dependents: bool = False) -> None:
+def unload_models(url: str, models: Iterable[str], unload_dependents: bool = False) -> None:
     """Unload `models` from a running server (explicit mode); with `unload_dependents`, an
     ensemble's steps too (also when other ensembles use them)."""
     from tritonclient.utils import InferenceServerException

@@ -422,29 +422,3 @@ def _rollback(client, swap: _Swap, models: list[str], previous: list[str], ensem
     not_ready = [m for m in previous if m not in _ready(client, previous)]
     if not_ready:
         raise _StepFailed("rollback", f"{', '.join(not_ready)} not ready after the rollback")
-
-
-# --------------------------------------------------------------------------------------------
-# `trtspec.serve.deploy` was (and stays) the function deploy(url, models, reload=False) of the package.
-# Importing this submodule rebinds that package attribute to the module, so the module delegates
-# calls to the function: `from trtspec.serve import deploy; deploy(url, ["ensemble"])` keeps working.
-# --------------------------------------------------------------------------------------------
-
-def _keep_package_function() -> None:
-    import sys
-    import types
-
-    package = sys.modules.get(__name__.rpartition(".")[0])
-    load_models = getattr(package, "deploy", None)
-    if not callable(load_models) or isinstance(load_models, types.ModuleType):
-        return
-
-    class _DeployModule(types.ModuleType):
-        def __call__(self, *args: Any, **kwargs: Any) -> Any:
-            return load_models(*args, **kwargs)
-
-    sys.modules[__name__].__class__ = _DeployModule
-    globals()["load_models"] = load_models
-
-
-_keep_package_function()

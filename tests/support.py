@@ -11,6 +11,11 @@ MODELS = ROOT / "examples" / "models"
 DEMO = ROOT / "examples" / "demo"
 
 
+def demo_ready(*names: str) -> bool:
+    """The demo family's checkpoints `names` are present (e.g. demo_ready("target", "draft"))."""
+    return all((MODELS / n / "config.json").is_file() for n in names)
+
+
 def demo_models_present() -> bool:
     return (MODELS / "MANIFEST.json").is_file()
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
 import urllib.request
 from pathlib import Path
 
@@ -25,8 +24,7 @@ from trtspec.serve import TritonServer
 from trtspec.spec import Spec, load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "runtime"))
-import family as tiny  # noqa: E402
+from tests.runtime import family as tiny
 
 METHODS = ["draft-model", "medusa", "eagle", "lookahead"]
 DEMO_SPECS = ROOT / "examples" / "demo"

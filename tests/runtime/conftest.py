@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-import family  # noqa: E402
+from tests.runtime import family
+from tests.support import DEMO as DEMO_SPECS
+from tests.support import MODELS as DEMO_MODELS
 
 torch.set_num_threads(1)
 
-REPO = Path(__file__).resolve().parents[2]
-DEMO_MODELS = REPO / "examples" / "models"
-DEMO_SPECS = REPO / "examples" / "demo"
 
 
 @pytest.fixture(scope="session")
@@ -32,10 +29,6 @@ def hf_target(fam):
     from transformers import LlamaForCausalLM
 
     return LlamaForCausalLM.from_pretrained(fam / "target").eval()
-
-
-def demo_ready(*names: str) -> bool:
-    return all((DEMO_MODELS / n / "config.json").is_file() for n in names)
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import DEMO_MODELS, DEMO_SPECS, demo_ready
+from tests.support import DEMO as DEMO_SPECS
+from tests.support import MODELS as DEMO_MODELS
+from tests.support import demo_ready
 from trtspec.runtime import SamplingParams, SpecEngine
 from trtspec.spec import load_spec
 

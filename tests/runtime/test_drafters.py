@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-import family
-from family import engine
+from tests.runtime import family
+from tests.runtime.family import engine
 from trtspec.runtime import SamplingParams
 from trtspec.runtime.drafters import NgramDrafter, tree_from_choices, trie
 

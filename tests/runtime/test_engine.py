@@ -8,8 +8,8 @@ import threading
 import pytest
 import torch
 
-import family
-from family import VOCAB, engine
+from tests.runtime import family
+from tests.runtime.family import VOCAB, engine
 from trtspec.errors import GenerationError
 from trtspec.runtime import Drafter, Draft, SamplingParams, SpecEngine
 from trtspec.runtime.engine import AdaptiveConfig, AdaptiveK, best_option, load_cap

@@ -47,6 +47,15 @@ def resolve_tokenizer_dir(engine_dir: Path, params: dict[str, str]) -> Path:
     return path if path.is_absolute() else engine_dir / path
 
 
+def model_tokenizer(args: dict[str, Any]):
+    """(parameters, tokenizer) of a pre/postprocessing model from Triton's `initialize` args."""
+    from trtspec.repository import textio
+
+    params = model_parameters(json.loads(args["model_config"]))
+    engine_dir = resolve_engine_dir(args["model_repository"], params)
+    return params, textio.load_tokenizer(resolve_tokenizer_dir(engine_dir, params))
+
+
 def load_engine_spec(engine_dir: Path):
     """The Spec stored in the engine dir, its paths pointing at the engine's own role dirs."""
     from trtspec.spec import spec_from_dict

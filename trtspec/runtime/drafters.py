@@ -217,16 +217,20 @@ class DraftModelDrafter(Drafter):
 
 # ---------------------------------------------------------------------------------------------------- medusa
 
-class MedusaDrafter(Drafter):
+class _HeadDrafter(Drafter):
+    """A drafter whose weights (a heads dir) ride on the target: Medusa and EAGLE, chain or tree."""
+
+    def __init__(self, path: str | Path, choices: list[list[int]] | None = None, device: str = "cpu",
+                 weight_dtype: torch.dtype | None = None):
+        self.path, self.choices, self.device, self.weight_dtype = Path(path), choices, device, weight_dtype
+
+
+class MedusaDrafter(_HeadDrafter):
     """Medusa heads: x = f + silu(W_h f + b_h) (per residual layer), logits_h = L_h x, on the target's final
     hidden state f_t; head h predicts token t+2+h. Candidates: path [i, j, ..] = top-i of head 0, top-j of
     head 1, ...; without `choices` a chain of the K heads' top-1."""
 
     name = "medusa"
-
-    def __init__(self, path: str | Path, choices: list[list[int]] | None = None, device: str = "cpu",
-                 weight_dtype: torch.dtype | None = None):
-        self.path, self.choices, self.device, self.weight_dtype = Path(path), choices, device, weight_dtype
 
     def setup(self, target: Llama, max_batch: int, max_seq: int) -> None:
         super().setup(target, max_batch, max_seq)
@@ -308,17 +312,13 @@ class MedusaDrafter(Drafter):
 
 # ----------------------------------------------------------------------------------------------------- eagle
 
-class EagleDrafter(Drafter):
+class EagleDrafter(_HeadDrafter):
     """EAGLE: at position t, x_t = fc([embed(token_{t+1}), f_t]) runs through one decoder layer (no input norm,
     causal, RoPE) to f^_{t+1}; target.lm_head(f^_{t+1}) predicts token_{t+2}. f_t are the target's final hidden
     states while they are known, then the head's own outputs. The head's cache holds only entries built from
     the target's real features; entries fed during drafting are dropped (the length never covers them)."""
 
     name = "eagle"
-
-    def __init__(self, path: str | Path, choices: list[list[int]] | None = None, device: str = "cpu",
-                 weight_dtype: torch.dtype | None = None):
-        self.path, self.choices, self.device, self.weight_dtype = Path(path), choices, device, weight_dtype
 
     def setup(self, target: Llama, max_batch: int, max_seq: int) -> None:
         super().setup(target, max_batch, max_seq)

@@ -9,7 +9,6 @@ engine trims them). See trtspec/repository/textio.py.
 The speculative-decoding counters pass through unchanged (one ensemble response per step).
 """
 
-import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -32,10 +31,7 @@ def _input(request, name):
 
 class TritonPythonModel:
     def initialize(self, args):
-        config = json.loads(args["model_config"])
-        params = serving.model_parameters(config)
-        engine_dir = serving.resolve_engine_dir(args["model_repository"], params)
-        self.tokenizer = textio.load_tokenizer(serving.resolve_tokenizer_dir(engine_dir, params))
+        _, self.tokenizer = serving.model_tokenizer(args)
 
     def execute(self, requests):
         return [self._one(request) for request in requests]

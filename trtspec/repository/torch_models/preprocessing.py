@@ -6,7 +6,6 @@ Bad requests (empty prompt, prompt over max_input_len, max_tokens <= 0 or over m
 unknown request parameters) fail that request only, with a one-line message.
 """
 
-import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -16,10 +15,7 @@ from trtspec.repository import serving, textio
 
 class TritonPythonModel:
     def initialize(self, args):
-        config = json.loads(args["model_config"])
-        params = serving.model_parameters(config)
-        engine_dir = serving.resolve_engine_dir(args["model_repository"], params)
-        self.tokenizer = textio.load_tokenizer(serving.resolve_tokenizer_dir(engine_dir, params))
+        params, self.tokenizer = serving.model_tokenizer(args)
         self.add_special_tokens = params.get("add_special_tokens", "true").lower() == "true"
         self.max_input_len = serving.int_param(params, "max_input_len", 512)
         self.max_output_len = serving.int_param(params, "max_output_len", 256)

@@ -9,11 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 TRTSPEC=${TRTSPEC:-.venv/bin/trtspec}
 SPEC=${SPEC:-examples/demo/draft-model.toml}
-PROMPT=${PROMPT:-'class Stack:
-    def __init__(self):
-        self.items = []
-
-    def push(self, item):
+PROMPT=${PROMPT:-'def quote(s):
+    """Return a shell-escaped version of the string *s*."""
 '}
 export TRANSFORMERS_VERBOSITY=error
 

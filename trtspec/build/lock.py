@@ -89,11 +89,16 @@ def atomic_dir(final: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    swap_in(tmp, final)
+
+
+def swap_in(stage: Path, final: Path) -> None:
+    """Replace `final` by the ready directory `stage` (same filesystem); `final` is restored on failure."""
     old = final.with_name(f".{final.name}.old-{os.getpid()}")
     if final.exists():
         os.replace(final, old)
     try:
-        os.replace(tmp, final)
+        os.replace(stage, final)
     except BaseException:
         if old.exists():
             os.replace(old, final)

@@ -15,7 +15,6 @@ engines, lock and repository untouched.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -24,7 +23,7 @@ from typing import Any
 
 from trtspec import __version__
 from trtspec.build import BuildOptions, BuildResult
-from trtspec.build.lock import LOCK_NAME, atomic_dir, digest, read_lock, tool_versions, write_json
+from trtspec.build.lock import LOCK_NAME, atomic_dir, digest, read_lock, swap_in, tool_versions, write_json
 from trtspec.build.trtllm.cache import (LOCK_VERSION, RUNTIME, checkpoint_digests, engine_digests, engine_intact,
                                         engine_key, now)
 from trtspec.build.trtllm.memory import memory_plan
@@ -72,19 +71,6 @@ def _validate_output(step: BuildStep, out: Path, spec: Spec) -> None:
         json.loads((out / "config.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise BuildError(f"{out}/config.json unreadable: {exc}") from None
-
-
-def _swap_in(stage: Path, final: Path) -> None:
-    old = final.with_name(f".{final.name}.old-{os.getpid()}")
-    if final.exists():
-        os.replace(final, old)
-    try:
-        os.replace(stage, final)
-    except BaseException:
-        if old.exists():
-            os.replace(old, final)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def emit_repository(spec: Spec, files: dict[str, str], repo_dir: Path) -> None:
@@ -166,7 +152,7 @@ def build(spec: Spec, options: BuildOptions) -> BuildResult:
         raise
     for role, stage in staged.items():
         final = root / role
-        _swap_in(stage, final)
+        swap_in(stage, final)
         records[role]["engine_files"] = engine_digests(final)
 
     memory = memory_plan(spec)

@@ -223,6 +223,14 @@ class _HeadDrafter(Drafter):
     def __init__(self, path: str | Path, choices: list[list[int]] | None = None, device: str = "cpu",
                  weight_dtype: torch.dtype | None = None):
         self.path, self.choices, self.device, self.weight_dtype = Path(path), choices, device, weight_dtype
+        self.tree = None  # set by setup() from `choices`: a tree, or None for a chain
+
+    @property
+    def k_counts_nodes(self) -> bool:
+        return self.tree is not None
+
+    def k_options(self, k_max: int) -> list[tuple[int, int]]:
+        return tree_options(self.tree, k_max) if self.tree else super().k_options(k_max)
 
 
 class MedusaDrafter(_HeadDrafter):
@@ -268,13 +276,6 @@ class MedusaDrafter(_HeadDrafter):
 
     def max_draft_tokens(self, k: int) -> int:
         return min(k, len(self.tree)) if self.tree else min(k, self.num_heads)
-
-    @property
-    def k_counts_nodes(self) -> bool:
-        return self.tree is not None
-
-    def k_options(self, k_max: int) -> list[tuple[int, int]]:
-        return tree_options(self.tree, k_max) if self.tree else super().k_options(k_max)
 
     def admit(self, row: int, req: Row, hidden: torch.Tensor) -> None:
         self.last[row] = hidden[-1]
@@ -350,13 +351,6 @@ class EagleDrafter(_HeadDrafter):
 
     def max_draft_tokens(self, k: int) -> int:
         return min(k, len(self.tree)) if self.tree else k
-
-    @property
-    def k_counts_nodes(self) -> bool:
-        return self.tree is not None
-
-    def k_options(self, k_max: int) -> list[tuple[int, int]]:
-        return tree_options(self.tree, k_max) if self.tree else super().k_options(k_max)
 
     def admit(self, row: int, req: Row, hidden: torch.Tensor) -> None:
         self.cache.lengths[row] = 0

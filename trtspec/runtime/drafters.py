@@ -1,8 +1,10 @@
 """Drafters: what proposes the tokens the target verifies. One interface, five methods.
 
-Per step the engine asks `propose(rows, ks)` for a `Draft` per row (at most ks[b] tokens deep), verifies all
-rows in one target pass, then calls `commit(rows, paths, hidden)` with the accepted node path of each row and
-the target's final hidden states of the verify pass (before the new tokens join the rows' sequences). A row is a
+Every step the engine asks `propose(rows, ks)` for a `Draft` per row (at most ks[b] tokens deep; also when
+every ks[b] is 0), verifies all rows in one target pass, then calls `commit(rows, paths, hidden)` with the
+accepted node path of each row and the target's final hidden states of the verify pass (before the new tokens
+join the rows' sequences). `commit` uses only what this step's `propose` recorded: rows move between steps
+(`move_row`), so per-step state must never outlive its step. A row is a
 request: `row.seq` (prompt + generated; the last token is *pending*: emitted but not yet run through the
 target), `row.params` (SamplingParams) and `row.uniforms(n)` (the request's own random draws).
 
@@ -210,9 +212,10 @@ class DraftModelDrafter(Drafter):
                 if k else EMPTY for b, k in enumerate(ks)]
 
     def commit(self, rows: list[Row], paths: list[list[int]], hidden: torch.Tensor) -> None:
-        for b, ((before, fed), path) in enumerate(zip(self._fed, paths)):
+        fed, self._fed = self._fed, []  # this step's only: after a move_row it would describe another request
+        for b, ((before, n), path) in enumerate(zip(fed, paths)):
             # keep what was fed up to the first fed token that is not in the sequence: before + accepted drafts
-            self.cache.lengths[b] = min(fed, before + len(path))
+            self.cache.lengths[b] = min(n, before + len(path))
 
 
 # ---------------------------------------------------------------------------------------------------- medusa

@@ -28,7 +28,7 @@ import torch
 
 from trtspec.errors import GenerationError
 from trtspec.runtime.cache import chain_inputs, tree_inputs
-from trtspec.runtime.drafters import EMPTY, Drafter, make_drafter
+from trtspec.runtime.drafters import Drafter, make_drafter
 from trtspec.runtime.llama import Llama
 from trtspec.runtime.sampling import SamplingParams, children_of, processed_probs, sample, verify_greedy, verify_sampled
 
@@ -489,7 +489,7 @@ class SpecEngine:
         nodes = self.drafter.k_counts_nodes
         ks = [r.choose_k(cap, k_is_depth=not nodes) for r in reqs]
         t0 = time.perf_counter()
-        drafts = self.drafter.propose(reqs, ks) if any(ks) else [EMPTY] * B
+        drafts = self.drafter.propose(reqs, ks)  # every step, even when no row drafts (the contract)
         if nodes:  # a tree's K counts nodes: drop the ones deeper than what the request can still keep
             drafts = [d.pruned(r.room) for d, r in zip(drafts, reqs)]
         t1 = time.perf_counter()

@@ -147,3 +147,115 @@ class RecentSteps:
             dr = sum(s[1] for s in self._steps)
             acc = sum(s[2] for s in self._steps)
             return (acc / dr if dr else 0.0), tok / len(self._steps)
+
+
+# --------------------------------------------------------------------------------------------
+# Lifecycle: die with the server, drain when the server asks (see trtspec/serve/server.py)
+# --------------------------------------------------------------------------------------------
+
+CONTROL_DIR_ENV = "TRTSPEC_CONTROL_DIR"     # set by trtspec's TritonServer: where drain requests appear
+DRAIN_FILE = "drain.json"                    # {"deadline": <time.monotonic()>, "refuse_new": bool}
+SHM_DIR = "/dev/shm"
+
+
+def _stub_shm_region() -> str | None:
+    """This stub's shared-memory region name (its argv[2]: `stub <model.py> <region> ...`), if it is a file
+    in /dev/shm."""
+    try:
+        args = Path("/proc/self/cmdline").read_bytes().split(b"\0")
+        name = args[2].decode() if len(args) > 2 and args[0].endswith(b"triton_python_backend_stub") else ""
+    except (OSError, UnicodeDecodeError):
+        return None
+    return name if name and "/" not in name and os.path.isfile(os.path.join(SHM_DIR, name)) else None
+
+
+def _orphaned() -> None:
+    """The server died without stopping this stub (kill -9, crash): leave at once. The stub's own health
+    check asks `kill(parent, 0)`, which keeps succeeding while the dead server is an unreaped zombie, and
+    its exit path can block in futex waits on the dead server's locks; os._exit skips all of that. The
+    region the dead server made for this stub is removed too (nobody else will)."""
+    region = _stub_shm_region()
+    if region:
+        try:
+            os.unlink(os.path.join(SHM_DIR, region))
+        except OSError:
+            pass
+    os._exit(1)
+
+
+def marker(kind: str) -> Path | None:
+    """`<control dir>/<kind>-<pid>` (instance, drained), or None outside a trtspec-started server."""
+    control = os.environ.get(CONTROL_DIR_ENV)
+    return Path(control) / f"{kind}-{os.getpid()}" if control else None
+
+
+def read_drain_request(control_dir: str | Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((Path(control_dir) / DRAIN_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("deadline"), (int, float)) else None
+
+
+def watch_server(on_drain=None, interval: float = 0.2) -> threading.Thread:
+    """Start the lifecycle thread of one Python-backend model instance (call it from `initialize`).
+
+    - When the parent process changes (the server is gone: Linux re-parents orphans at once, even while the
+      dead server is still an unreaped zombie), the stub exits (`_orphaned`). PR_SET_PDEATHSIG is not used:
+      it fires when the *thread* of the server that forked the stub exits, which happens in a live server.
+    - With `on_drain(deadline, refuse_new, on_idle)` (the generation model): this instance announces itself
+      as `<control>/instance-<pid>`; when `<control>/drain.json` appears it calls `on_drain` on a thread of
+      its own, whose `on_idle()` (at the latest when it returns) writes `<control>/drained-<pid>`: what the
+      stopping server waits for.
+    """
+    parent = os.getppid()
+    announce = marker("instance") if on_drain is not None else None
+    if announce is not None:
+        try:
+            announce.parent.mkdir(parents=True, exist_ok=True)
+            announce.write_text("", encoding="utf-8")
+        except OSError:
+            announce = None
+
+    def drained() -> None:
+        done = marker("drained")
+        if done is not None:
+            try:
+                done.write_text("", encoding="utf-8")
+            except OSError:
+                pass
+
+    def drain(request: dict[str, Any]) -> None:
+        try:
+            on_drain(float(request["deadline"]), bool(request.get("refuse_new", True)), drained)
+        finally:
+            drained()
+
+    def run() -> None:
+        import time
+
+        draining = False
+        while True:
+            if os.getppid() != parent:
+                _orphaned()
+            if announce is not None and not draining:
+                request = read_drain_request(announce.parent)
+                if request is not None:
+                    draining = True
+                    threading.Thread(target=drain, args=(request,), name="trtspec-drain", daemon=True).start()
+            time.sleep(interval)
+
+    thread = threading.Thread(target=run, name="trtspec-watchdog", daemon=True)
+    thread.start()
+    return thread
+
+
+def forget_instance() -> None:
+    """Remove this instance's markers (from `finalize`: an unloaded instance is not waited for)."""
+    for kind in ("instance", "drained"):
+        path = marker(kind)
+        if path is not None:
+            try:
+                path.unlink()
+            except OSError:
+                pass

@@ -37,7 +37,7 @@ from trtspec.runtime.sampling import SamplingParams, children_of, processed_prob
 class StepEvent:
     """What one step did for one request. `text` is the newly decoded text (held back while a character is
     incomplete; the stop string is trimmed). The last event has finished=True and a finish_reason:
-    "length" | "eos" | "stop" | "cancelled" | "error" (then `error` says why)."""
+    "length" | "eos" | "stop" | "cancelled" | "shutdown" (cut by drain()) | "error" (then `error` says why)."""
 
     request_id: str
     tokens: list[int]
@@ -243,6 +243,7 @@ class SpecEngine:
         self._run_lock = threading.RLock()
         self._thread: threading.Thread | None = None
         self._closing = False
+        self._draining = False  # drain(): no new requests
 
     @classmethod
     def from_spec(cls, spec, tokenizer=None) -> "SpecEngine":
@@ -355,6 +356,39 @@ class SpecEngine:
         with self._run_lock:
             self._tick()  # deliver the cancellations
 
+    def drain(self, deadline: float, refuse_new: bool = True, on_idle: Callable[[], None] | None = None,
+              poll: float = 0.05) -> bool:
+        """Graceful shutdown: let the requests in flight run until `deadline` (a time.monotonic() value), then
+        end the ones still running with a final event whose finish_reason is "shutdown" (their clients get a
+        clean end, not a hung stream). With `refuse_new` new requests are refused at once and it returns
+        as soon as nothing runs; without, requests admitted upstream may still arrive, so it keeps to the
+        deadline. `on_idle` is called the first time nothing runs. True if nothing had to be cut."""
+        with self._cv:
+            self._draining = self._draining or refuse_new
+        idle_seen = False
+        while time.monotonic() < deadline:
+            with self._cv:
+                idle = not self._waiting and not self._active
+            if idle and not idle_seen:
+                idle_seen = True
+                if on_idle is not None:
+                    on_idle()
+                if refuse_new:
+                    return True
+            time.sleep(poll)
+        with self._run_lock:  # between two ticks
+            with self._cv:
+                self._draining = True
+                waiting, self._waiting = self._waiting, []
+            active = list(self._active)
+            for r in active:
+                self._finish(r, "shutdown")
+            for r in waiting:
+                self._finish(r, "shutdown", active=False)
+        if on_idle is not None and not idle_seen:
+            on_idle()
+        return not (active or waiting)
+
     @property
     def num_active(self) -> int:
         return len(self._active)
@@ -407,6 +441,9 @@ class SpecEngine:
         with self._cv:
             if self._closing:
                 raise GenerationError("the engine is closed")
+            if self._draining:
+                raise GenerationError("the server is shutting down: not accepting new requests",
+                                      hint="retry against another replica or after the restart")
             self._waiting.extend(reqs)
             self._cv.notify_all()
 

@@ -302,7 +302,9 @@ def test_changed_input_rebuilds_and_failed_build_keeps_old_outputs(family, tmp_p
     new_lock = (engine / LOCK_NAME).read_text()
     assert new_lock != old_lock
 
-    (fam / "eagle" / "model.safetensors").write_bytes(b"not safetensors")
+    # a truncated weight file: its header (what `check` reads) is intact, loading its tensors fails mid-build
+    weights = fam / "eagle" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-64])
     with pytest.raises(BuildError, match="safetensors"):
         build(spec, options)
     assert (engine / LOCK_NAME).read_text() == new_lock  # the previous build is untouched

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from trtspec.errors import ModelError
+from trtspec.errors import BuildError, ModelError, PairError, SpecError, TrtspecError
 from trtspec.spec import Spec, check_paths
 
 
@@ -17,10 +17,25 @@ class CheckReport:
     pair: dict[str, Any] | None = None
     memory_plan: Any = None
     notes: list[str] = dataclasses.field(default_factory=list)
+    # The class of the first problem: `trtspec check` exits with its code, as `build` would (the spec: 2,
+    # the models and their pair: 3, built engines: 4).
+    error: type[TrtspecError] | None = None
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def add(self, error: type[TrtspecError], problems: list[str]) -> None:
+        if problems and self.error is None:
+            self.error = error
+        self.problems.extend(problems)
+
+    def exception(self) -> TrtspecError:
+        """The error `trtspec check` raises for these problems (first one in the message, all listed)."""
+        hint = "fix the keys named above, then re-run `trtspec check`"
+        exc = (self.error or SpecError)(self.problems[0], hint=hint)
+        exc.problems = list(self.problems)  # the CLI prints every one
+        return exc
 
     def lines(self) -> list[str]:
         s = self.spec
@@ -48,18 +63,18 @@ def run_check(spec: Spec, models: bool = True, engines: Path | None = Path("engi
               server_version: str | None = None) -> CheckReport:
     """Everything `trtspec check` reports. `server_version` is the TensorRT-LLM version of the
     serving container (default: runtime.trtllm.version of the spec)."""
-    problems = [str(p) for p in check_paths(spec)] if models else []
-    report = CheckReport(spec=spec, problems=problems)
-    if models and not problems:
+    report = CheckReport(spec=spec, problems=[])
+    report.add(SpecError, [str(p) for p in check_paths(spec)] if models else [])
+    if models and report.ok:
         from trtspec.models.pair import check_pair
 
         try:
             pair = check_pair(spec)
         except ModelError as exc:
-            report.problems.append(exc.message)
+            report.add(ModelError, [exc.message])
             return report
         report.pair = pair.to_dict()
-        report.problems.extend(str(p) for p in pair.problems)
+        report.add(PairError, [str(p) for p in pair.problems])
     if spec.runtime.kind != "torch":
         _gpu_checks(spec, report, models, engines, server_version)
     return report
@@ -74,7 +89,7 @@ def _gpu_checks(spec: Spec, report: CheckReport, models: bool, engines: Path | N
         plan = memory_plan(spec)
         if plan.ok:
             report.memory_plan = "\n".join(plan.lines())
-        report.problems.extend(f"memory plan: {p}" for p in plan.problems)
+        report.add(PairError, [f"memory plan: {p}" for p in plan.problems])
     if spec.runtime.kind == "trtllm-engine" and engines is not None:
         engine_dir = Path(engines) / spec.name
         if engine_dir.is_dir():
@@ -82,4 +97,4 @@ def _gpu_checks(spec: Spec, report: CheckReport, models: bool, engines: Path | N
 
             version = server_version or spec.runtime.trtllm.version
             report.notes.append(f"engines {engine_dir} checked against TensorRT-LLM {version} on the server")
-            report.problems.extend(f"engines: {p}" for p in check_engine_compat(engine_dir, version))
+            report.add(BuildError, [f"engines: {p}" for p in check_engine_compat(engine_dir, version)])

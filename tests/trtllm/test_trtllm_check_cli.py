@@ -28,10 +28,10 @@ def test_check_prints_the_memory_plan_and_refuses_a_server_version_mismatch(make
     assert "checked against TensorRT-LLM 1.2.1" in same.output
     # the stand-in's engines are never taken for real ones, but their version matches
     errors = [line for line in same.output.splitlines() if line.startswith("error: ")]
-    assert same.exit_code == 2 and errors and all("FAKE engine" in line for line in errors), same.output
+    assert same.exit_code == 4 and errors and all("FAKE engine" in line for line in errors), same.output
 
     other = runner.invoke(main, ["check", "-c", config, "--engines", engines, "--server-trtllm-version", "1.1.0"])
-    assert other.exit_code == 2, other.output
+    assert other.exit_code == 4, other.output  # engines unfit for the server: a build problem, as for `build`
     errors = [line for line in other.output.splitlines() if line.startswith("error: ")]
     assert any("engines:" in line and "1.1.0" in line and "FAKE" not in line for line in errors), \
         other.output

@@ -40,7 +40,8 @@ def init(path: str, force: bool) -> None:
 def check(config: str, as_json: bool, no_models: bool, engines: str, server_trtllm_version: str | None) -> None:
     """Validate the spec and (unless --no-models) the model pair.
 
-    Exits non-zero with every problem listed, one per line, each naming the key and the fix.
+    Exits non-zero with every problem listed, one per line, each naming the key and the fix:
+    2 for spec problems (keys, paths), 3 for the models and their pair, 4 for built engines.
     For the TensorRT-LLM runtimes it also prints the GPU memory plan (weights + KV cache per
     model) and refuses engines built with a TensorRT-LLM version other than the server's.
     """
@@ -60,8 +61,7 @@ def check(config: str, as_json: bool, no_models: bool, engines: str, server_trtl
         for line in report.lines():
             click.echo(line)
     if not report.ok:
-        raise SpecError(report.problems[0], hint="fix the keys named above, then re-run `trtspec check`",
-                        problems=report.problems)
+        raise report.exception()
 
 
 def register(main: click.Group) -> None:

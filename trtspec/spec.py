@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trtspec.errors import SpecError
+from trtspec.names import NAME_RULE, RESERVED_MODEL_NAMES, PathName
 
 SCHEMA_VERSION = 1
 DEFAULT_SPEC = "trtspec.toml"
@@ -36,7 +37,7 @@ class _Strict(BaseModel):
 
 
 class ModelSection(_Strict):
-    name: str = Field("model", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="deployment name")
+    name: PathName = Field("model", description="deployment name: engines/<name>/, model_repository/<name>/")
     target: Path = Field(description="target checkpoint dir (HF format: config.json + safetensors)")
     tokenizer: Path | None = Field(None, description="tokenizer dir (default: the target dir)")
     dtype: DType = Field("float16", description="serving dtype of the weights")
@@ -104,7 +105,7 @@ class GpuSection(_Strict):
 
 
 class ServingSection(_Strict):
-    ensemble_name: str = Field("ensemble", pattern=r"^[A-Za-z0-9_.-]+$")
+    ensemble_name: PathName = Field("ensemble", description="the ensemble model (a directory of the repository)")
     instances: int = Field(1, ge=1, le=64, description="instances of the generation model")
     http_port: int = Field(8000, ge=0, le=65535)
     grpc_port: int = Field(8001, ge=0, le=65535)
@@ -176,6 +177,7 @@ _FIXES = {
     "string_type": "write a quoted string",
     "list_type": "write a list, e.g. [[0], [0, 0]]",
     "string_pattern_mismatch": "use letters, digits, '_', '-' and '.' only",
+    "path_name": f"use {NAME_RULE}",
 }
 
 _PATH_KEYS = [("model", "target"), ("model", "tokenizer"), ("speculative", "draft"), ("speculative", "heads")]
@@ -260,6 +262,10 @@ def _meaning_problems(spec: Spec) -> list[Problem]:
     if spec.runtime.device == "cuda" and gpu.type == "cpu":
         p.append(Problem("gpu.type", gpu.type, "runtime.device is 'cuda' but gpu.type is 'cpu'",
                          "set gpu.type = \"h100\" or \"h200\""))
+    if spec.serving.ensemble_name in RESERVED_MODEL_NAMES:
+        p.append(Problem("serving.ensemble_name", spec.serving.ensemble_name,
+                         "is the name of another model in the deployment's repository",
+                         "choose another name, e.g. \"ensemble\""))
     ports = {k: getattr(spec.serving, k) for k in ("http_port", "grpc_port", "metrics_port")}
     used = [v for v in ports.values() if v]
     if len(set(used)) != len(used):

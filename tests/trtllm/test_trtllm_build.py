@@ -197,3 +197,44 @@ def test_memory_plan_reports_models_that_do_not_fit(make_spec, workdir):
     assert not plan.ok and "exceed" in plan.problems[0]
     eight = memory_plan(make_spec("none", dtype="float16", gpu='type = "h200"\ncount = 8\ntensor_parallel = 8'))
     assert not any("exceed" in p for p in eight.problems)
+
+
+@pytest.fixture
+def umask022():
+    """The modes a plain mkdir/open gives under the usual umask 022 (whatever the CI user's umask is)."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_changed_outputs_are_rebuilt_and_dead_staging_dirs_removed(make_spec, build_opts, workdir, record,
+                                                                   umask022):
+    """A flipped engine byte rebuilds that engine; a deleted config.pbtxt re-emits the repository; staging
+    dirs of a killed build (dead pid) go, a live one stays; outputs are readable beyond their owner."""
+    import stat
+    import subprocess
+    import sys
+
+    spec = make_spec("draft-model")
+    build(spec, build_opts())
+    root, repo = workdir / "engines" / "draft-model", workdir / "model_repository" / "draft-model"
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    dead, live = root / f".target.staging-{proc.pid}-x1", root / f".target.staging-{os.getpid()}-x2"
+    for d in (dead, live):
+        d.mkdir()
+        (d / "rank0.engine").write_bytes(b"\0" * 64)
+
+    engine = root / "draft" / "rank0.engine"
+    engine.write_bytes(engine.read_bytes()[:-1] + b"\x7f")
+    res = build(spec, build_opts())
+    assert res.rebuilt == ["draft"] and "draft: engine files" in res.reason
+    assert not dead.exists() and live.exists()
+
+    (repo / "tensorrt_llm_draft" / "config.pbtxt").unlink()
+    res = build(spec, build_opts())
+    assert res.rebuilt == ["repository"] and "tensorrt_llm_draft/config.pbtxt missing" in res.reason
+    assert (repo / "tensorrt_llm_draft" / "config.pbtxt").is_file()
+    assert build(spec, build_opts()).rebuilt == []
+    for p in [root / "draft", *(root / "draft").iterdir(), repo, root / "trtspec.lock.json"]:
+        assert stat.S_IMODE(p.stat().st_mode) & 0o044 == 0o044, p  # group and others may read

@@ -69,7 +69,8 @@ def test_moved_workspace_rebuilds_nothing(make_spec, build_opts, workdir, record
     shutil.copytree(workdir, moved, symlinks=True)
     spec = load_spec(moved / "medusa.toml")
     res = build(spec, BuildOptions(out_engines=moved / "engines", out_repo=moved / "model_repository", progress=False))
-    assert res.rebuilt == [] and res.skipped == ["target"]
+    # no engine is rebuilt; the repository, whose configs hold the new absolute paths, is re-emitted and says so
+    assert res.rebuilt == ["repository"] and res.skipped == ["target"]
     cfg = pbtxt.read_config(moved / "model_repository" / "medusa" / "tensorrt_llm" / "config.pbtxt")
     assert cfg.parameters["gpt_model_path"].string_value == str((moved / "engines" / "medusa" / "target").resolve())
 

@@ -42,6 +42,7 @@ class BuildResult:
     plan: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # commands (trtllm-engine)
     seconds: float = 0.0
     dry_run: bool = False
+    reason: str = ""                   # why it was rebuilt ("" when nothing was)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

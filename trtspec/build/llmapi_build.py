@@ -13,8 +13,10 @@ from pathlib import Path
 from trtspec import __version__
 from trtspec.build import BuildOptions, BuildResult
 from trtspec.build.lock import LOCK_NAME, digest, read_lock, tool_versions, write_json
-from trtspec.build.trtllm_build import emit_repository
+from trtspec.build.trtllm_build import check_weights, emit_repository, repository_changes
 from trtspec.convert.fingerprint import file_digests, tree_files
+from trtspec.errors import BuildError
+from trtspec.names import child
 from trtspec.repository.trtllm.llmapi import FLAVOUR, MODEL, render_llmapi_repository
 from trtspec.spec import Spec
 
@@ -31,23 +33,25 @@ def _sources(spec: Spec) -> list[Path]:
 def build(spec: Spec, options: BuildOptions) -> BuildResult:
     t0 = time.perf_counter()
     files = render_llmapi_repository(spec)
-    repo_dir = (Path(options.out_repo) / spec.name).resolve()
+    repo_dir = child(Path(options.out_repo), spec.name, "model.name", BuildError)
     yaml_text = files[f"{MODEL}/1/model.yaml"]
     step = {"role": "model.yaml", "argv": [], "shell": yaml_text.rstrip("\n")}
     if options.dry_run:
         return BuildResult(FLAVOUR, {}, str(repo_dir), None, [], [], [step], time.perf_counter() - t0, True)
-    root = (Path(options.out_engines) / spec.name).resolve()
+    root = child(Path(options.out_engines), spec.name, "model.name", BuildError)
+    check_weights(spec)  # the LLM API loads these checkpoints as they are
     lock = read_lock(root) or {}
     prev = lock.get("sources") if lock.get("runtime") == FLAVOUR else None
     sources = file_digests(_sources(spec), previous=prev, use_cache=not options.force)
     repo_digest = digest(files)
-    changed = options.force or (lock.get("repository") or {}).get("digest") != repo_digest \
-        or not (repo_dir / "trtspec.repo.json").is_file()
+    changes = repository_changes(repo_dir, files, (lock.get("repository") or {}).get("digest"))
+    changed = options.force or bool(changes)
     if changed:
         emit_repository(spec, files, repo_dir)
     write_json(root / LOCK_NAME, {"lock_version": 1, "runtime": FLAVOUR, "name": spec.name, "method": spec.method,
                                   "trtllm": {"version": spec.runtime.trtllm.version, "image": spec.runtime.trtllm.image},
                                   "sources": sources, "repository": {"path": str(repo_dir), "digest": repo_digest},
                                   "trtspec": __version__, "tools": tool_versions(), "spec": spec.to_dict()})
+    reason = "--force" if options.force else (changes[0] if changes and lock else "")
     return BuildResult(FLAVOUR, {}, str(repo_dir), str(root / LOCK_NAME), ["repository"] if changed else [],
-                       [] if changed else ["repository"], [step], time.perf_counter() - t0, False)
+                       [] if changed else ["repository"], [step], time.perf_counter() - t0, False, reason)

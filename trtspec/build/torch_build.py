@@ -10,7 +10,7 @@ repository in model_repository/<name>/.
 
 Both dirs are written in temp dirs and renamed into place together (a failed build leaves the old
 outputs). When the lock's key (inputs, spec, versions, model sources, output layout) is unchanged
-and both outputs exist, nothing is rebuilt unless `force`.
+and every output file still has the sha256 the lock recorded, nothing is rebuilt unless `force`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from typing import Any
 
 from trtspec.build import BuildOptions, BuildResult
 from trtspec.build.lock import (LOCK_NAME, atomic_dir, digest, hash_tree, read_lock, sha256_file, tool_versions,
-                                write_json)
+                                tree_changes, write_json)
 from trtspec.errors import BuildError, PairError, SpecError
+from trtspec.names import child
 from trtspec.repository.serving import ENGINE_SPEC
 from trtspec.repository.torch_repo import MODEL_SOURCES, ModelNames, emit_torch_repository, model_source
 from trtspec.spec import Spec, check_paths
@@ -153,13 +154,36 @@ def copy_tokenizer(src: Path, dst: Path) -> list[str]:
     return copied
 
 
+def rebuild_reason(lock: dict[str, Any] | None, key: str, options: BuildOptions, name: str, engine_dir: Path,
+                   repo_dir: Path) -> str | None:
+    """Why the outputs must be (re)built, or None when the lock's key matches and every output file still
+    has the hash the lock recorded (a flipped weight byte or a deleted model.py is rebuilt, not trusted).
+    A first build (no lock) has no reason to give: ""."""
+    if lock is None:
+        return ""
+    if options.force:
+        return "--force"
+    if lock.get("key") != key:
+        return "inputs, spec, versions or builder changed"
+    repo_files = (lock.get("repository") or {}).get("files")
+    for shown, root, recorded in ((Path(options.out_engines) / name, engine_dir, lock.get("outputs")),
+                                  (Path(options.out_repo) / name, repo_dir, repo_files)):
+        if not isinstance(recorded, dict):
+            return f"{shown}: its files are not in the lock"
+        changes = tree_changes(root, recorded)
+        if changes:
+            more = f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""
+            return f"{shown}/{changes[0]}{more}"
+    return None
+
+
 def build(spec: Spec, options: BuildOptions) -> BuildResult:
     """Validate, write engines/<name>/ and model_repository/<name>/ atomically, or skip if unchanged."""
     start = time.perf_counter()
     validate(spec)
     role_dirs = roles(spec)
-    engine_dir = Path(options.out_engines).resolve() / spec.name
-    repo_dir = Path(options.out_repo).resolve() / spec.name
+    engine_dir = child(Path(options.out_engines), spec.name, "model.name", BuildError)
+    repo_dir = child(Path(options.out_repo), spec.name, "model.name", BuildError)
     names = ModelNames.for_spec(spec)
     inputs = {role: hash_tree(path) for role, path in role_dirs.items()}
     inputs["tokenizer"] = {n: sha256_file(spec.tokenizer_dir / n) for n in TOKENIZER_FILES
@@ -167,9 +191,8 @@ def build(spec: Spec, options: BuildOptions) -> BuildResult:
     key = lock_key(spec, inputs, options, names)
     engines = {role: str(engine_dir / role) for role in role_dirs}
     lock_path = engine_dir / LOCK_NAME
-    old = read_lock(engine_dir)
-    if (not options.force and old is not None and old.get("key") == key and repo_dir.is_dir()
-            and all(Path(p).is_dir() for p in engines.values())):
+    reason = rebuild_reason(read_lock(engine_dir), key, options, spec.name, engine_dir, repo_dir)
+    if reason is None:
         return BuildResult(runtime="torch", engines=engines, repository=str(repo_dir), lock=str(lock_path),
                            rebuilt=[], skipped=list(role_dirs), seconds=time.perf_counter() - start)
 
@@ -190,11 +213,11 @@ def build(spec: Spec, options: BuildOptions) -> BuildResult:
             "inputs": {role: {"path": str(path), "files": inputs[role]} for role, path in role_dirs.items()}
             | {"tokenizer": {"path": str(spec.tokenizer_dir), "files": inputs["tokenizer"]}},
             "outputs": hash_tree(tmp_engine),
-            "repository": repo.to_dict() | {"root": str(repo_dir)},
+            "repository": repo.to_dict() | {"root": str(repo_dir), "files": hash_tree(tmp_repo)},
             "versions": tool_versions(),
             "spec": spec.to_dict(),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         write_json(tmp_engine / LOCK_NAME, lock)
     return BuildResult(runtime="torch", engines=engines, repository=str(repo_dir), lock=str(lock_path),
-                       rebuilt=list(role_dirs), skipped=[], seconds=time.perf_counter() - start)
+                       rebuilt=list(role_dirs), skipped=[], seconds=time.perf_counter() - start, reason=reason)

@@ -16,21 +16,22 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from trtspec import __version__
 from trtspec.build import BuildOptions, BuildResult
-from trtspec.build.lock import LOCK_NAME, atomic_dir, digest, read_lock, swap_in, tool_versions, write_json
+from trtspec.build.lock import (LOCK_NAME, atomic_dir, digest, read_lock, remove_stale, swap_in, temp_dir,
+                                tool_versions, write_json)
 from trtspec.build.trtllm.cache import (LOCK_VERSION, RUNTIME, checkpoint_digests, engine_digests, engine_intact,
                                         engine_key, now)
 from trtspec.build.trtllm.memory import memory_plan
 from trtspec.build.trtllm.plan import BuildPlan, BuildStep, make_plan, tp_pp
 from trtspec.build.trtllm.runner import run_command
 from trtspec.convert import jobs_for_spec, run_job
-from trtspec.errors import BuildError, ConvertError
+from trtspec.errors import BuildError, ConvertError, PairError
+from trtspec.names import child, inside
 from trtspec.repository.trtllm import render_engine_repository, write_files
 from trtspec.repository.trtllm.upstream import needed_files
 from trtspec.spec import Spec
@@ -61,6 +62,17 @@ def ensure_checkpoints(spec: Spec, root: Path, options: BuildOptions) -> list[st
     return converted
 
 
+def check_weights(spec: Spec) -> None:
+    """Refuse configs that disagree with their weights (vocab, layers, heads) before converting: the
+    converter would fail on some (a missing layer) and silently drop others (a layer too many)."""
+    from trtspec.models.pair import weight_problems
+
+    problems = weight_problems(spec)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise PairError(f"{problems[0]}{more}", hint="`trtspec check` lists every problem")
+
+
 def _validate_output(step: BuildStep, out: Path, spec: Spec) -> None:
     tp, pp = tp_pp(spec, step.role)
     missing = [n for n in ["config.json", *(f"rank{r}.engine" for r in range(tp * pp))] if not (out / n).is_file()]
@@ -71,6 +83,24 @@ def _validate_output(step: BuildStep, out: Path, spec: Spec) -> None:
         json.loads((out / "config.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise BuildError(f"{out}/config.json unreadable: {exc}") from None
+
+
+def repository_changes(repo_dir: Path, files: dict[str, str], recorded_digest: str | None) -> list[str]:
+    """Why the emitted repository must be written again: [] when every rendered file is on disk with the
+    same text and the lock recorded this rendering (a deleted or edited config.pbtxt is re-emitted)."""
+    if recorded_digest != digest(files):
+        return ["repository configs changed (spec, paths or engines)" if recorded_digest else "no repository yet"]
+    out = []
+    for rel, text in sorted(files.items()):
+        path = repo_dir / rel
+        try:
+            same = path.read_text(encoding="utf-8") == text
+        except (OSError, UnicodeDecodeError):
+            out.append(f"{path} missing")
+            continue
+        if not same:
+            out.append(f"{path} changed")
+    return out
 
 
 def emit_repository(spec: Spec, files: dict[str, str], repo_dir: Path) -> None:
@@ -102,12 +132,13 @@ def _lock_data(spec: Spec, plan: BuildPlan, engines: dict[str, Any], repo: dict[
 def build(spec: Spec, options: BuildOptions) -> BuildResult:
     t0 = time.perf_counter()
     plan = make_plan(spec, engines_root=options.out_engines, trtllm_build=options.trtllm_build)
-    root = Path(plan.engines_dir)
-    repo_dir = (Path(options.out_repo) / spec.name).resolve()
+    root = inside(Path(options.out_engines), Path(plan.engines_dir), BuildError)
+    repo_dir = child(Path(options.out_repo), spec.name, "model.name", BuildError)
     steps = [s.to_dict() for s in plan.steps]
     if options.dry_run:
         return BuildResult(RUNTIME, {s.role: s.output_dir for s in plan.steps}, str(repo_dir), None, [], [],
                            steps, time.perf_counter() - t0, True)
+    check_weights(spec)
     root.mkdir(parents=True, exist_ok=True)
     ensure_checkpoints(spec, root, options)
 
@@ -116,22 +147,33 @@ def build(spec: Spec, options: BuildOptions) -> BuildResult:
     todo: list[tuple[BuildStep, str, dict]] = []
     records: dict[str, Any] = {}
     skipped: list[str] = []
+    reasons: list[str] = []
     for step in plan.steps:
+        remove_stale(root, step.role)  # staging dirs of a killed build
         rec = previous.get(step.role) or {}
         ck = checkpoint_digests(Path(step.checkpoint_dir), rec.get("checkpoint"), use_cache=not options.force)
         key = engine_key(step, ck, plan)
-        if (not options.force and rec.get("key") == key
-                and engine_intact(Path(step.output_dir), rec.get("engine_files"))):
+        if options.force:
+            why = "--force"
+        elif not rec:
+            why = ""  # first build of this engine: nothing to explain
+        elif rec.get("key") != key:
+            why = f"{step.role}: checkpoint or build flags changed"
+        elif not engine_intact(Path(step.output_dir), rec.get("engine_files")):
+            why = f"{step.role}: engine files in {step.output_dir} differ from the lock"
+        else:
             skipped.append(step.role)
             records[step.role] = {**rec, "checkpoint": ck,
                                   "engine_files": engine_digests(Path(step.output_dir), rec.get("engine_files"))}
-        else:
-            todo.append((step, key, ck))
+            continue
+        todo.append((step, key, ck))
+        if why and why not in reasons:
+            reasons.append(why)
 
     staged: dict[str, Path] = {}
     try:
         for step, key, ck in todo:
-            stage = Path(tempfile.mkdtemp(prefix=f".{step.role}.staging-", dir=root))
+            stage = temp_dir(root, step.role, "staging")
             staged[step.role] = stage
             run_step = step.with_output_dir(str(stage))
             _say(options, f"building {step.role} engine: {step.shell}")
@@ -158,10 +200,13 @@ def build(spec: Spec, options: BuildOptions) -> BuildResult:
     memory = memory_plan(spec)
     files = render_engine_repository(spec, engine_dirs={s.role: s.output_dir for s in plan.steps}, memory=memory)
     repo_digest = digest(files)
-    old_repo = lock.get("repository") or {}
-    if options.force or old_repo.get("digest") != repo_digest or not (repo_dir / "trtspec.repo.json").is_file():
+    changes = repository_changes(repo_dir, files, (lock.get("repository") or {}).get("digest"))
+    if options.force or changes:
         emit_repository(spec, files, repo_dir)
+        if changes and lock:
+            reasons.append(changes[0] + (f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""))
     write_json(root / LOCK_NAME, _lock_data(spec, plan, {s.role: records[s.role] for s in plan.steps},
                                             {"path": str(repo_dir), "digest": repo_digest}))
+    rebuilt = [s.role for s, _, _ in todo] + (["repository"] if changes and lock else [])
     return BuildResult(RUNTIME, {s.role: s.output_dir for s in plan.steps}, str(repo_dir), str(root / LOCK_NAME),
-                       [s.role for s, _, _ in todo], skipped, steps, time.perf_counter() - t0, False)
+                       rebuilt, skipped, steps, time.perf_counter() - t0, False, "; ".join(reasons))

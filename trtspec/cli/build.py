@@ -26,8 +26,9 @@ def build(config, out_engines, out_repo, runtime, dry_run, force, trtllm_build, 
     """Validate the spec and model pair, write engines/<name>/ with a lock manifest, and emit
     the Triton model repository model_repository/<name>/.
 
-    Writes are atomic: a failed build leaves the previous outputs untouched. An unchanged
-    input re-build does nothing and says so.
+    Writes are atomic: a failed build leaves the previous outputs untouched. A re-build with
+    unchanged inputs whose outputs still match the lock's hashes does nothing and says so;
+    otherwise it says why it rebuilds (e.g. `rebuilding: engines/<name>/target/model.safetensors changed`).
     """
     from trtspec.build import BuildOptions
     from trtspec.build import build as run_build
@@ -45,6 +46,8 @@ def build(config, out_engines, out_repo, runtime, dry_run, force, trtllm_build, 
             click.echo(f"# {step.get('role', '')}")
             click.echo(step.get("shell", " ".join(step.get("argv", []))))
         return
+    if result.rebuilt and result.reason:
+        click.echo(f"rebuilding: {result.reason}")
     verb = "rebuilt " + ", ".join(result.rebuilt) if result.rebuilt else "nothing to rebuild (lock unchanged)"
     click.echo(f"{verb} in {result.seconds:.2f}s")
     for role, path in result.engines.items():

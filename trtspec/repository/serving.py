@@ -1,23 +1,35 @@
 """Plain-Python pieces of the emitted Python-backend models (no `triton_python_backend_utils`
 import here, so they can be unit-tested): parameters, engine-dir resolution, request checks and
 the per-request stream state of the generation model.
+
+Every request failure leaves a model as one line: a bad request (`RequestError`, the engine's
+`GenerationError`) says what to fix and goes back as INVALID_ARG (HTTP 400, gRPC INVALID_ARGUMENT);
+anything else is a bug or an engine failure, so the client gets "internal error" and the server log
+gets the traceback (tracebacks name files of the server, which clients must not see).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
+import traceback
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtspec.errors import GenerationError
+
 ENGINE_DIR_ENV = "TRTSPEC_ENGINE_DIR"       # overrides the `engine_dir` parameter of every model
 ENGINE_SPEC = "spec.json"                    # engines/<name>/spec.json: the spec, paths relative to it
 
 
-class RequestError(ValueError):
+MIN_BYTES_PER_TOKEN = 32   # floor of the prompt byte bound per token (normalizers may drop bytes)
+
+
+class RequestError(GenerationError):
     """A bad request: the message goes back to that client only."""
 
 
@@ -72,8 +84,16 @@ def int_param(params: dict[str, str], key: str, default: int) -> int:
         return default
 
 
+def require(array: Any, name: str) -> Any:
+    """`array`, or a RequestError if the input is missing (Triton 2.51 counts a request's inputs rather
+    than naming the required ones, so a missing required input plus an optional one reaches the model)."""
+    if array is None:
+        raise RequestError(f"input '{name}' is required")
+    return array
+
+
 def scalar(array: Any, name: str, kind: type) -> Any:
-    """The single value of a [1] / [1, 1] input, as `kind`."""
+    """The single value of a [1] / [1, 1] input, as `kind` (floats must be finite)."""
     if array is None:
         return None
     if array.size != 1:
@@ -81,7 +101,66 @@ def scalar(array: Any, name: str, kind: type) -> Any:
     value = array.reshape(-1)[0]
     if isinstance(value, bytes):
         value = value.decode("utf-8", errors="replace")
-    return kind(value)
+    try:
+        value = kind(value)
+    except (TypeError, ValueError, OverflowError):
+        raise RequestError(f"input '{name}' must be {kind.__name__}, got {str(value)[:40]!r}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RequestError(f"input '{name}' must be a finite number, got {value}")
+    return value
+
+
+def prompt_byte_limit(max_input_len: int, max_token_bytes: int) -> int:
+    """The most UTF-8 bytes a prompt of max_input_len tokens can have, generously: checked before
+    tokenizing, so a multi-megabyte prompt is refused at once instead of blocking the model instance
+    (and its memory) while it is tokenized only to be refused for its token count."""
+    return max_input_len * max(MIN_BYTES_PER_TOKEN, max_token_bytes)
+
+
+def check_prompt_bytes(n_bytes: int, limit: int, max_input_len: int) -> None:
+    if n_bytes > limit:
+        raise RequestError(f"the prompt has {n_bytes} bytes, more than the {limit} bytes allowed for "
+                           f"max_input_len={max_input_len} tokens")
+
+
+def check_ids(array: Any, name: str, vocab: int) -> None:
+    """Token ids must be integers in [0, vocab)."""
+    if array is None or array.size == 0:
+        return
+    if array.dtype.kind not in "iu":
+        raise RequestError(f"input '{name}' must hold integer token ids, got {array.dtype}")
+    low, high = int(array.min()), int(array.max())
+    if low < 0 or high >= vocab:
+        raise RequestError(f"input '{name}' holds token id {low if low < 0 else high}, outside 0..{vocab - 1}")
+
+
+def check_rows(array: Any, name: str, batch: int) -> None:
+    """An optional per-row input must have one row per request of the batch."""
+    if array is not None and (array.ndim < 1 or array.shape[0] != batch):
+        raise RequestError(f"input '{name}' has shape {list(array.shape)}, expected {batch} row(s)")
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def error_message(exc: BaseException, where: str) -> tuple[str, bool]:
+    """(what the client is told, whether it is the client's fault) for a failure in model `where`."""
+    if isinstance(exc, GenerationError):  # RequestError included
+        return one_line(exc.message or type(exc).__name__), True
+    return f"internal error in {where} ({type(exc).__name__}); the server log has the details", False
+
+
+def triton_error(pb_utils: Any, exc: BaseException, where: str) -> Any:
+    """The `pb_utils.TritonError` for `exc` (INVALID_ARG for a bad request, else INTERNAL after logging
+    the traceback with `pb_utils.Logger`). `pb_utils` is passed in so that this module stays importable
+    without Triton."""
+    message, client = error_message(exc, where)
+    if not client:
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        pb_utils.Logger.log_error(f"trtspec {where}: {trace}")
+    code = pb_utils.TritonError.INVALID_ARG if client else pb_utils.TritonError.INTERNAL
+    return pb_utils.TritonError(message, code=code)
 
 
 def check_batch(array: Any, name: str) -> None:
@@ -97,8 +176,9 @@ def check_lengths(n_input: int, max_tokens: int | None, max_input_len: int, max_
         raise RequestError(f"the prompt has {n_input} tokens, more than max_input_len={max_input_len}")
     if max_tokens is None:
         raise RequestError("max_tokens is required")
-    if max_tokens <= 0:
-        raise RequestError(f"max_tokens must be > 0, got {max_tokens}")
+    if max_tokens <= 0:  # no value: over HTTP a JSON number past INT32 arrives wrapped (1e12 -> -727379968)
+        raise RequestError(f"max_tokens must be > 0 and at most max_output_len={max_output_len} "
+                           f"(an INT32 in 1..{max_output_len})")
     if max_tokens > max_output_len:
         raise RequestError(f"max_tokens={max_tokens} exceeds max_output_len={max_output_len}")
 

@@ -37,6 +37,7 @@ sends the whole output as context (one decode per step, as the engine's stop che
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,6 +62,25 @@ def decode(tokenizer: Any, ids: Sequence[int]) -> str:
     if len(ids) == 0:
         return ""
     return tokenizer.decode(list(ids), skip_special_tokens=True)  # as the engine decodes
+
+
+def max_token_bytes(tokenizer: Any) -> int:
+    """An upper bound of the UTF-8 bytes one token stands for: the longest token string's UTF-8 length
+    (exact for SentencePiece pieces, at most 2x for byte-level BPE, whose characters stand for one byte)."""
+    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    return max((len(p.encode("utf-8")) for p in pieces if isinstance(p, str)), default=1)
+
+
+def vocab_bound(tokenizer: Any) -> int:
+    """Token ids are valid below this: the tokenizer's size or the model's (padded) vocab_size in the
+    config.json beside it, whichever is larger (ids past the tokenizer decode to nothing)."""
+    size = len(tokenizer)
+    config = Path(getattr(tokenizer, "name_or_path", "") or ".") / "config.json"
+    try:
+        size = max(size, int(json.loads(config.read_text(encoding="utf-8")).get("vocab_size") or 0))
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
+    return size
 
 
 def hold(text: str) -> str:

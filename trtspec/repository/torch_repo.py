@@ -22,6 +22,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from trtspec.errors import RepositoryError
+from trtspec.names import check_name, inside
 from trtspec.repository import pbtxt
 from trtspec.repository.pbtxt import tensor
 from trtspec.spec import Spec
@@ -32,10 +34,14 @@ MODEL_SOURCES = {  # role -> module in trtspec.repository.torch_models copied in
     "postprocessing": "postprocessing.py",
 }
 
-# The ensemble's request inputs (name, type, dims, optional) and where each goes.
+# The ensemble's request inputs (name, type, dims, optional) and where each goes. text_input and
+# max_tokens are required, yet marked optional: Triton 2.51 admits a request that lacks a required
+# input but carries an optional one, and its ensemble then skips the step that needs it and answers
+# with an empty success. So every input also goes to `preprocessing` (the others as PRESENCE_INPUTS),
+# which then runs for any request with an input and names a missing text_input or max_tokens.
 ENSEMBLE_INPUTS = [
-    tensor("text_input", "STRING", [1]),
-    tensor("max_tokens", "INT32", [1]),
+    tensor("text_input", "STRING", [1], optional=True),
+    tensor("max_tokens", "INT32", [1], optional=True),
     tensor("stream", "BOOL", [1], optional=True),
     tensor("temperature", "FP32", [1], optional=True),
     tensor("top_k", "INT32", [1], optional=True),
@@ -66,6 +72,8 @@ DIRECT_TO_GENERATION = {
     "stream": "streaming", "temperature": "temperature", "top_k": "runtime_top_k", "top_p": "runtime_top_p",
     "seed": "seed", "end_id": "end_id", "stop_words": "stop_words", "num_draft_tokens": "num_draft_tokens",
 }
+# Ensemble input -> preprocessing input that only makes the step run (see ENSEMBLE_INPUTS).
+PRESENCE_INPUTS = {name: name.upper() for name in DIRECT_TO_GENERATION}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +85,14 @@ class ModelNames:
     generation: str = "tensorrt_llm"
     postprocessing: str = "postprocessing"
     ensemble: str = "ensemble"
+
+    def __post_init__(self) -> None:
+        """Each name becomes a model directory: one plain path component, and no two alike (defence in
+        depth behind the spec's own check; ModelNames are also made directly, e.g. for shared repositories)."""
+        for role, name in self.to_dict().items():
+            check_name(name, f"model name ({role})")
+        if len(set(self.to_dict().values())) < 4:
+            raise RepositoryError(f"model names must differ: {self.to_dict()}", hint="give each model its own name")
 
     @classmethod
     def for_spec(cls, spec: Spec) -> ModelNames:
@@ -123,7 +139,8 @@ def _python_model(name: str, spec: Spec, inputs: list, outputs: list, params: di
 def preprocessing_config(spec: Spec, names: ModelNames, engine_dir: str) -> pbtxt.ModelConfig:
     return _python_model(
         names.preprocessing, spec,
-        [tensor("QUERY", "STRING", [1]), tensor("REQUEST_OUTPUT_LEN", "INT32", [1])],
+        [tensor("QUERY", "STRING", [1], optional=True), tensor("REQUEST_OUTPUT_LEN", "INT32", [1], optional=True)]
+        + [dict(t, name=PRESENCE_INPUTS[t["name"]]) for t in ENSEMBLE_INPUTS if t["name"] in PRESENCE_INPUTS],
         [tensor("INPUT_ID", "INT32", [-1]), tensor("REQUEST_INPUT_LEN", "INT32", [1]),
          tensor("REQUEST_OUTPUT_LEN", "INT32", [1])],
         {"engine_dir": engine_dir, "tokenizer_dir": "target", "add_special_tokens": True,
@@ -180,6 +197,7 @@ def ensemble_config(spec: Spec, names: ModelNames) -> pbtxt.ModelConfig:
     steps = config.ensemble_scheduling.step
     pre = steps.add(model_name=names.preprocessing, model_version=-1)
     pre.input_map.update({"QUERY": "text_input", "REQUEST_OUTPUT_LEN": "max_tokens"})
+    pre.input_map.update({inner: outer for outer, inner in PRESENCE_INPUTS.items()})
     pre.output_map.update({"INPUT_ID": "_INPUT_ID", "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
                            "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN"})
     gen = steps.add(model_name=names.generation, model_version=-1)
@@ -225,9 +243,13 @@ def emit_torch_repository(spec: Spec, out: Path, engine_dir: Path, *, final_root
     out = Path(out)
     names = names or ModelNames.for_spec(spec)
     param = engine_dir_parameter(engine_dir, final_root or out)
-    for role, config in model_configs(spec, param, names).items():
-        model_dir = out / config.name
-        if model_dir.exists():
+    configs = model_configs(spec, param, names)
+    dirs = {role: inside(out, out / config.name) for role, config in configs.items()}  # all checked before any write
+    for role, config in configs.items():
+        model_dir = dirs[role]
+        if model_dir.is_symlink() or model_dir.is_file():
+            model_dir.unlink()  # a link is replaced, never followed
+        elif model_dir.exists():
             shutil.rmtree(model_dir)
         version = model_dir / "1"
         version.mkdir(parents=True)

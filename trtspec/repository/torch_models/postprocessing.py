@@ -7,6 +7,8 @@ ends (IS_FINAL). With stop strings (STOP_WORDS) a tail that may grow into one is
 and the final text loses its last STOP_TRIM characters (the stop string and what follows, as the
 engine trims them). See trtspec/repository/textio.py.
 The speculative-decoding counters pass through unchanged (one ensemble response per step).
+Inputs are checked (ids in 0..vocab-1, lengths within the ids, one row per request), so a direct call
+with bad ids gets a one-line error, never a tokenizer traceback.
 """
 
 
@@ -31,26 +33,45 @@ def _input(request, name):
 
 class TritonPythonModel:
     def initialize(self, args):
+        serving.watch_server()  # the stub exits with its server (no orphan after a kill -9)
         _, self.tokenizer = serving.model_tokenizer(args)
+        self.vocab = textio.vocab_bound(self.tokenizer)
 
     def execute(self, requests):
         return [self._one(request) for request in requests]
 
     def _one(self, request):
-        tokens = _input(request, "TOKENS_BATCH")          # [batch, beam, n]
+        try:
+            return self._response(request)
+        except Exception as exc:  # a bad request, or a bug: one line to the client either way
+            return pb_utils.InferenceResponse(output_tensors=[], error=serving.triton_error(pb_utils, exc,
+                                                                                           "postprocessing"))
+
+    def _response(self, request):
+        tokens = serving.require(_input(request, "TOKENS_BATCH"), "TOKENS_BATCH")  # [batch, beam, n]
         lengths = _input(request, "SEQUENCE_LENGTH")       # [batch, beam]
         context = _input(request, "CONTEXT_IDS")           # [batch, c]
         final = _input(request, "IS_FINAL")                # [batch, 1]
         trim = _input(request, "STOP_TRIM")                # [batch, 1]
         stop = _input(request, "STOP_WORDS")               # [batch, n]
+        if tokens.ndim != 3:
+            raise serving.RequestError(f"input 'TOKENS_BATCH' must be [batch, beam, n], got {list(tokens.shape)}")
         batch = tokens.shape[0]
+        serving.check_ids(tokens, "TOKENS_BATCH", self.vocab)
+        serving.check_ids(context, "CONTEXT_IDS", self.vocab)
+        for name, value in (("SEQUENCE_LENGTH", lengths), ("CONTEXT_IDS", context), ("IS_FINAL", final),
+                            ("STOP_TRIM", trim), ("STOP_WORDS", stop)):
+            serving.check_rows(value, name, batch)
         texts = []
         for b in range(batch):
-            n = int(lengths[b].reshape(-1)[0]) if lengths is not None else tokens.shape[-1]
+            n = int(lengths[b].reshape(-1)[0]) if lengths is not None and lengths[b].size else tokens.shape[-1]
+            if not 0 <= n <= tokens.shape[-1]:
+                raise serving.RequestError(f"SEQUENCE_LENGTH {n} is outside 0..{tokens.shape[-1]} "
+                                           "(the ids in TOKENS_BATCH)")
             delta = tokens[b].reshape(-1, tokens.shape[-1])[0][:n].tolist()
             ctx = context[b].reshape(-1).tolist() if context is not None else []
-            is_final = bool(final[b].reshape(-1)[0]) if final is not None else True
-            cut = int(trim[b].reshape(-1)[0]) if trim is not None else 0
+            is_final = bool(final[b].reshape(-1)[0]) if final is not None and final[b].size else True
+            cut = max(0, int(trim[b].reshape(-1)[0])) if trim is not None and trim[b].size else 0
             words = [w.decode("utf-8", errors="replace") for w in stop[b].reshape(-1) if w] if stop is not None else []
             texts.append(textio.text_delta(self.tokenizer, ctx, delta, is_final, cut, words).encode("utf-8"))
         outputs = [pb_utils.Tensor("OUTPUT", np.asarray(texts, dtype=np.object_).reshape(batch, 1))]
@@ -58,5 +79,7 @@ class TritonPythonModel:
             value = _input(request, name)
             if value is None:
                 value = np.zeros((batch, 1), dtype=dtype)
+            elif value.size != batch:
+                raise serving.RequestError(f"input '{name}' must hold one value per request, got {list(value.shape)}")
             outputs.append(pb_utils.Tensor(out, value.astype(dtype).reshape(batch, 1)))
         return pb_utils.InferenceResponse(output_tensors=outputs)

@@ -1,9 +1,17 @@
 """`preprocessing`: text -> token ids (Triton Python backend; copied into preprocessing/1/model.py).
 
-Inputs (as in tensorrtllm_backend): QUERY STRING [1], REQUEST_OUTPUT_LEN INT32 [1].
+Inputs (as in tensorrtllm_backend): QUERY STRING [1], REQUEST_OUTPUT_LEN INT32 [1]; and, read for
+nothing but their presence, the ensemble's other inputs (STREAM, TEMPERATURE, ... see
+torch_repo.PRESENCE_INPUTS; the generation model takes and checks their values).
 Outputs: INPUT_ID INT32 [-1], REQUEST_INPUT_LEN INT32 [1], REQUEST_OUTPUT_LEN INT32 [1].
-Bad requests (empty prompt, prompt over max_input_len, max_tokens <= 0 or over max_output_len,
-unknown request parameters) fail that request only, with a one-line message.
+Bad requests (a missing text_input or max_tokens, empty prompt, prompt over max_input_len, max_tokens
+<= 0 or over max_output_len, unknown request parameters) fail that request only, with a one-line
+message. Every input is optional in the configs and every ensemble input reaches this step, so it runs
+for any request and names what is missing: Triton 2.51 admits a request that lacks a required input but
+carries an optional one, and its ensemble then never runs the step and answers with an empty success.
+The prompt's UTF-8 size is bounded before it is tokenized (`max_input_bytes`, derived from
+max_input_len and the longest token), so a huge prompt is refused at once, not after seconds of
+tokenizing that hold up every request queued behind it.
 """
 
 
@@ -13,12 +21,20 @@ import triton_python_backend_utils as pb_utils
 from trtspec.repository import serving, textio
 
 
+def _input(request, name):
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()
+
+
 class TritonPythonModel:
     def initialize(self, args):
+        serving.watch_server()  # the stub exits with its server (no orphan after a kill -9)
         params, self.tokenizer = serving.model_tokenizer(args)
         self.add_special_tokens = params.get("add_special_tokens", "true").lower() == "true"
         self.max_input_len = serving.int_param(params, "max_input_len", 512)
         self.max_output_len = serving.int_param(params, "max_output_len", 256)
+        self.max_input_bytes = serving.int_param(params, "max_input_bytes", 0) or serving.prompt_byte_limit(
+            self.max_input_len, textio.max_token_bytes(self.tokenizer))
         self.allowed = set(filter(None, params.get("request_inputs", "").split(",")))
 
     def execute(self, requests):
@@ -26,18 +42,30 @@ class TritonPythonModel:
 
     def _one(self, request):
         try:
-            serving.check_parameters(request.parameters(), self.allowed)
-            query = pb_utils.get_input_tensor_by_name(request, "QUERY").as_numpy()
-            out_len = pb_utils.get_input_tensor_by_name(request, "REQUEST_OUTPUT_LEN").as_numpy()
-            serving.check_batch(query, "text_input")
-            text = serving.scalar(query, "text_input", str)
-            max_tokens = serving.scalar(out_len, "max_tokens", int)
-            ids = textio.encode(self.tokenizer, text, self.add_special_tokens) if text.strip() else []
-            serving.check_lengths(len(ids), max_tokens, self.max_input_len, self.max_output_len)
-        except serving.RequestError as exc:
-            return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(exc)))
+            ids, max_tokens = self._parse(request)
+        except Exception as exc:  # a bad request, or a bug: one line to the client either way
+            return pb_utils.InferenceResponse(output_tensors=[], error=serving.triton_error(pb_utils, exc,
+                                                                                           "preprocessing"))
         return pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("INPUT_ID", np.asarray([ids], dtype=np.int32)),
             pb_utils.Tensor("REQUEST_INPUT_LEN", np.asarray([[len(ids)]], dtype=np.int32)),
             pb_utils.Tensor("REQUEST_OUTPUT_LEN", np.asarray([[max_tokens]], dtype=np.int32)),
         ])
+
+    def _parse(self, request):
+        serving.check_parameters(request.parameters(), self.allowed)
+        query = serving.require(_input(request, "QUERY"), "text_input")
+        out_len = serving.require(_input(request, "REQUEST_OUTPUT_LEN"), "max_tokens")
+        serving.check_batch(query, "text_input")
+        max_tokens = serving.scalar(out_len, "max_tokens", int)
+        if query.size == 1:  # (scalar() below reports any other shape)
+            raw = query.reshape(-1)[0]
+            size = len(raw) if isinstance(raw, bytes) else len(str(raw).encode("utf-8"))
+            serving.check_prompt_bytes(size, self.max_input_bytes, self.max_input_len)
+        text = serving.scalar(query, "text_input", str)
+        if not text.strip():
+            raise serving.RequestError("the prompt is empty")
+        serving.check_lengths(1, max_tokens, self.max_input_len, self.max_output_len)  # before tokenizing
+        ids = textio.encode(self.tokenizer, text, self.add_special_tokens)
+        serving.check_lengths(len(ids), max_tokens, self.max_input_len, self.max_output_len)
+        return ids, max_tokens

@@ -11,13 +11,17 @@ counters acceptance_rate, total_accepted_draft_tokens, total_draft_tokens, num_o
 num_steps.
 
 Every request goes to `SpecEngine.submit`, whose scheduler thread batches all running requests
-and calls back once per step; responses are sent from that thread. A cancelled request (client
-gone) is cancelled in the engine. Prometheus metrics (labels model, method) are made with
+and calls back once per step; responses are sent from that thread. A request whose client cancelled
+it (`response_sender.is_cancelled()`, checked every step) is cancelled in the engine and counted in
+spec_dec_requests_cancelled_total. Triton 2.51 passes that on only for requests made to this model
+itself: an *ensemble* request cancelled by its client is never seen as cancelled here (is_cancelled()
+stays false and every send succeeds), so it runs to its end and counts as completed.
+A bad request fails with one line (INVALID_ARG); any other failure sends "internal error" and logs
+the traceback (`serving.triton_error`). Prometheus metrics (labels model, method) are made with
 `pb_utils.MetricFamily`; latencies are `_sum`/`_count` counter pairs (mean = rate(sum)/rate(count)).
 """
 
 import json
-import traceback
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -47,6 +51,9 @@ class Metrics:
         counter, gauge = pb_utils.MetricFamily.COUNTER, pb_utils.MetricFamily.GAUGE
         self.requests = make("spec_dec_requests_total", "Generation requests completed", counter)
         self.failures = make("spec_dec_request_failures_total", "Generation requests rejected or failed", counter)
+        self.cancelled = make("spec_dec_requests_cancelled_total",
+                              "Generation requests cancelled by their client (direct requests; Triton 2.51 does "
+                              "not pass on the cancellation of an ensemble request)", counter)
         self.prompt_tokens = make("spec_dec_prompt_tokens_total", "Prompt tokens of accepted requests", counter)
         self.generated = make("spec_dec_generated_tokens_total", "Tokens generated (emitted to clients)", counter)
         self.steps = make("spec_dec_steps_total", "Verify steps (request-steps after the prefill)", counter)
@@ -119,8 +126,7 @@ class Stream:
         try:
             self._on_event(event)
         except Exception as exc:  # never let a send failure kill the scheduler thread
-            pb_utils.Logger.log_error(f"trtspec: request {event.request_id}: {exc}\n{traceback.format_exc()}")
-            self.fail(f"internal error: {exc}")
+            self.fail(serving.triton_error(pb_utils, exc, f"tensorrt_llm (request {event.request_id})"))
 
     def _on_event(self, event):
         s = self.stats
@@ -132,15 +138,16 @@ class Stream:
         s.drafted += event.drafted
         s.accepted += event.accepted
         self.model.metrics.generated.increment(len(event.tokens))
-        if event.finish_reason == "error":
-            self.fail(event.error or "generation failed")
+        if event.finish_reason == "error":  # the engine's message may be long or name files: log it
+            pb_utils.Logger.log_error(f"trtspec tensorrt_llm: request {event.request_id} failed: {event.error}")
+            self.fail(pb_utils.TritonError("generation failed (internal error); the server log has the details",
+                                           code=pb_utils.TritonError.INTERNAL))
             return
-        if event.finish_reason == "cancelled":
-            self.fail("request cancelled")
-            return
-        if self.sender.is_cancelled():  # the client went away: free the engine's slot
-            self.model.engine.cancel(event.request_id)
-            self.fail("request cancelled")
+        if event.finish_reason == "cancelled" or self.sender.is_cancelled():
+            if event.finish_reason != "cancelled":  # the client went away: free the engine's slot
+                self.model.engine.cancel(event.request_id)
+            self.fail(pb_utils.TritonError("request cancelled by the server (the model is shutting down)",
+                                           code=pb_utils.TritonError.UNAVAILABLE))
             return
         context, delta = self.text.push(event.tokens)
         if event.finished:
@@ -159,17 +166,17 @@ class Stream:
         hits = [i for i in (full.find(s) for s in self.stop) if i >= 0]
         return len(full) - min(hits) if hits else 0
 
-    def fail(self, message):
-        """End the request with an error (or, if the client cancelled it, with the bare final flag
-        that releases it in Triton)."""
+    def fail(self, error):
+        """End the request with `error` (a TritonError), or, if the client cancelled it, with the bare
+        final flag that releases it in Triton (counted as cancelled, not as a failure)."""
         self.done = True
-        self.model.metrics.failures.increment(1)
         try:
             if self.sender.is_cancelled():
+                self.model.metrics.cancelled.increment(1)
                 self.sender.send(flags=FINAL)
             else:
-                self.sender.send(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message)),
-                                 flags=FINAL)
+                self.model.metrics.failures.increment(1)
+                self.sender.send(pb_utils.InferenceResponse(output_tensors=[], error=error), flags=FINAL)
         except Exception:  # the client may be gone already
             pass
 
@@ -205,23 +212,27 @@ class TritonPythonModel:
                 self.metrics.prompt_tokens.increment(len(ids))
             except Exception as exc:  # bad request (GenerationError, RequestError) or engine failure
                 self.metrics.failures.increment(1)
-                message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-                sender.send(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message)),
-                            flags=FINAL)
+                error = serving.triton_error(pb_utils, exc, "tensorrt_llm")
+                sender.send(pb_utils.InferenceResponse(output_tensors=[], error=error), flags=FINAL)
         return None
 
     def parse(self, request):
         from trtspec.runtime import SamplingParams
 
-        ids = _input(request, "input_ids")
+        ids = serving.require(_input(request, "input_ids"), "input_ids")
         serving.check_batch(ids, "input_ids")
+        ids = ids.reshape(-1)
         n = serving.scalar(_input(request, "input_lengths"), "input_lengths", int)
-        ids = ids.reshape(-1)[: n if n is not None else None].astype(np.int64).tolist()
-        max_tokens = serving.scalar(_input(request, "request_output_len"), "request_output_len", int)
-        serving.check_lengths(len(ids), max_tokens, self.limits.max_input_len, self.limits.max_output_len)
+        if n is not None and not 0 <= n <= ids.size:
+            raise serving.RequestError(f"input_lengths {n} is outside 0..{ids.size} (the ids in input_ids)")
+        ids = ids[:n]
+        max_tokens = serving.scalar(serving.require(_input(request, "request_output_len"), "request_output_len"),
+                                    "request_output_len", int)
+        serving.check_lengths(ids.size, max_tokens, self.limits.max_input_len, self.limits.max_output_len)
+        ids = ids.astype(np.int64).tolist()  # (after the length check: no list of a huge tensor)
         k = serving.scalar(_input(request, "num_draft_tokens"), "num_draft_tokens", int)
-        if k is not None and k < 0:
-            raise serving.RequestError(f"num_draft_tokens must be >= 0, got {k}")
+        if k is not None and not 0 <= k <= self.engine.k_max:  # no value: over HTTP it may have wrapped
+            raise serving.RequestError(f"num_draft_tokens must be in 0..{self.engine.k_max} (0: no speculation)")
         stop = _input(request, "stop_words")
         stop = tuple(s.decode("utf-8", errors="replace") if isinstance(s, bytes) else str(s)
                      for s in (stop.reshape(-1) if stop is not None else ()) if s)

@@ -25,6 +25,7 @@ from pathlib import Path
 import yaml
 
 from trtspec.errors import RepositoryError, TrtspecError
+from trtspec.names import inside
 from trtspec.repository.trtllm.common import read_manifest
 from trtspec.repository.trtllm.launch import launch_command
 from trtspec.repository.trtllm.relocate import relocate_repository
@@ -48,7 +49,13 @@ def bundle(spec: Spec, out: Path, *, engines_root: Path = Path("engines"), repo_
     if manifest is None:
         raise RepositoryError(f"{repo_src}: no emitted repository", hint="run `trtspec build` first")
     if out.exists():
-        shutil.rmtree(out)
+        if out.is_dir() and any(out.iterdir()) and not (out / "bundle.json").is_file():
+            raise RepositoryError(f"refusing to replace {out}: it is not empty and holds no bundle.json",
+                                  hint="pass --out a new or empty directory (or a previous bundle)")
+        if out.is_dir() and not out.is_symlink():
+            shutil.rmtree(out)
+        else:
+            out.unlink()
     name = spec.name
     img = Path(image_root)
     repo_dst = out / "models" / name
@@ -61,7 +68,7 @@ def bundle(spec: Spec, out: Path, *, engines_root: Path = Path("engines"), repo_
             src = Path(engines_root) / name / role  # not the recorded path: artifacts move between jobs
             if not (src / "config.json").is_file():
                 raise RepositoryError(f"engine {role} missing at {src}", hint="run `trtspec build` first")
-            shutil.copytree(src, out / "engines" / name / role)
+            shutil.copytree(src, inside(out, out / "engines" / name / role))  # roles come from the manifest
         relocate_repository(repo_dst, engines=str(img / "engines" / name), tokenizer=tok_img)
         where["engines"] = str(img / "engines" / name)
     else:

@@ -9,6 +9,7 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 from trtspec.build.lock import read_json
+from trtspec.names import inside
 from trtspec.repository import pbtxt
 from trtspec.repository.trtllm.io import Row
 
@@ -58,8 +59,10 @@ def render(configs: dict[str, mc.ModelConfig], extra: dict[str, str], manifest: 
 
 
 def write_files(root: Path, files: dict[str, str]) -> None:
+    """Write {relative path: text} under root; every path is checked to stay inside root first."""
+    paths = {rel: inside(root, Path(root) / rel) for rel in files}
     for rel, text in files.items():
-        path = Path(root) / rel
+        path = paths[rel]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
 

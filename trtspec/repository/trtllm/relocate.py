@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from trtspec.errors import RepositoryError
+from trtspec.names import inside
 from trtspec.repository import pbtxt
 from trtspec.repository.trtllm.common import MANIFEST, read_manifest
 
@@ -34,7 +35,7 @@ def relocate_repository(repo_dir: Path, *, engines: str | None = None, tokenizer
         raise RepositoryError(f"{repo_dir}: no {MANIFEST}", hint="emit the repository with `trtspec build`")
     changed = []
     for model in manifest.get("models", []):
-        path = repo_dir / model / "config.pbtxt"
+        path = inside(repo_dir, repo_dir / model / "config.pbtxt")  # model names come from the manifest file
         cfg = pbtxt.read_config(path)
         before = pbtxt.to_text(cfg)
         if engines and model in ROLE_OF and ENGINE_PARAM in cfg.parameters:

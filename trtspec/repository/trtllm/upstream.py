@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from trtspec.errors import RepositoryError
+from trtspec.names import inside
 from trtspec.repository.trtllm.common import CONTAINER_MODELS, read_manifest
 
 
@@ -30,7 +31,7 @@ def needed_files(repo_dir: Path) -> list[tuple[str, Path]]:
     out = []
     for model, files in up["files"].items():
         for f in files:
-            out.append((f"{group}/{model}/{f}", Path(repo_dir) / model / f))
+            out.append((f"{group}/{model}/{f}", inside(repo_dir, Path(repo_dir) / model / f)))  # names from a file
     return out
 
 

@@ -354,6 +354,22 @@ def test_stop_string_eos_and_stream(fam, prompts, plain):
     assert eng.generate(text, SamplingParams(max_new_tokens=30, end_id=-1)).tokens == full.tokens
 
 
+def test_streamed_text_never_shows_a_stop_string(fam, prompts):
+    """A stop string spanning several steps: the text streamed before it completes holds back its beginning,
+    so the events add up to the trimmed result text (not to the text with the stop string's first part)."""
+    from trtspec.runtime.engine import stop_prefix
+
+    assert [stop_prefix(t, ("w3 w4 w5",)) for t in ("w1 w3", "w1 w3 w4", "w1 w3 w4 w", "w1 w6")] == [2, 5, 7, 0]
+    eng = engine(fam, "none")
+    full = eng.generate(prompts[3], SamplingParams(max_new_tokens=12, end_id=-1))
+    stop = eng.tokenizer.decode(full.tokens[4:7])
+    evs = list(eng.stream(prompts[3], SamplingParams(max_new_tokens=12, end_id=-1, stop=(stop, "zz"))))
+    assert evs[-1].finish_reason == "stop"
+    streamed = "".join(ev.text for ev in evs)
+    assert streamed == full.text[:full.text.find(stop)] == eng.generate(
+        prompts[3], SamplingParams(max_new_tokens=12, end_id=-1, stop=(stop,))).text
+
+
 def test_result_stats(fam, prompts):
     eng = engine(fam, "draft-model", draft="draft_near")
     r = eng.generate(prompts[1], SamplingParams(max_new_tokens=N_NEW, end_id=-1, num_draft_tokens=3))

@@ -36,7 +36,8 @@ from trtspec.runtime.sampling import SamplingParams, children_of, processed_prob
 @dataclasses.dataclass
 class StepEvent:
     """What one step did for one request. `text` is the newly decoded text (held back while a character is
-    incomplete; the stop string is trimmed). The last event has finished=True and a finish_reason:
+    incomplete or while its end could still grow into a stop string; the stop string is trimmed). The last
+    event has finished=True and a finish_reason:
     "length" | "eos" | "stop" | "cancelled" | "shutdown" (cut by drain()) | "error" (then `error` says why)."""
 
     request_id: str
@@ -156,7 +157,9 @@ class AdaptiveK:
 
 
 def load_cap(k_max: int, active: int) -> int:
-    """Global cap on K by load (a draft_len_schedule): K at 1-2 requests, then shrinking as ~2K/(n+1)."""
+    """Global cap on K by load (a draft_len_schedule): K at 1-2 requests, then shrinking as ~2K/(n+1). Not for
+    seeded sampled requests: their K decides how many of their own random numbers a step draws, so a K that
+    followed the load would make their output depend on what else runs (see _Request.choose_k)."""
     return k_max if active <= 2 else max(1, -(-2 * k_max // (active + 1)))
 
 
@@ -177,6 +180,7 @@ class _Request:
         self.fixed_k = None if fixed is None else min(fixed, k_max)
         self.adaptive = AdaptiveK(options, adaptive if fixed is None else AdaptiveConfig(enabled=False), cost)
         self.use_adaptive = fixed is None and adaptive.enabled
+        self.load_capped = fixed is None and (params.greedy or params.seed is None)  # see load_cap
         self.t_submit = time.perf_counter()
         self.t_first = self.t_done = None
         self.steps = self.drafted = self.accepted = self.step_tokens = 0
@@ -202,9 +206,11 @@ class _Request:
         return self.params.max_new_tokens - len(self.generated) - 1
 
     def choose_k(self, cap: int, k_is_depth: bool = True) -> int:
+        """This step's K: fixed, or adaptive and capped by the load (`cap`) unless the request is seeded and
+        sampled, whose output must not depend on the batch; never past what the request can still keep."""
         k = self.fixed_k if self.fixed_k is not None else (
             self.adaptive.next_k() if self.use_adaptive else self.adaptive.k_max)
-        if self.fixed_k is None:
+        if self.load_capped:
             k = min(k, cap)
         if self.room <= 0:
             k = 0
@@ -609,8 +615,10 @@ class SpecEngine:
         text = self.tokenizer.decode(r.generated, skip_special_tokens=True)
         if r.stop_at is not None:
             text = text[: r.stop_at]
-        if not final and text.endswith("\ufffd"):
-            return ""
+        if not final:
+            if text.endswith("\ufffd"):
+                return ""
+            text = text[: len(text) - stop_prefix(text, r.params.stop)]  # may still become a stop string
         new, r.text_sent = text[r.text_sent:], max(r.text_sent, len(text))
         return new
 
@@ -654,6 +662,18 @@ class SpecEngine:
                                 error=None if r.error is None else f"{type(r.error).__name__}: {r.error}"))
         if active and r in self._active:
             self._retire([r])
+
+
+def stop_prefix(text: str, stops: Sequence[str]) -> int:
+    """Length of the longest end of `text` that is a proper prefix of a stop string: streamed text holds it
+    back, since the next tokens may complete the stop string (which is never sent)."""
+    n = 0
+    for s in stops:
+        for m in range(min(len(s) - 1, len(text)), n, -1):
+            if text.endswith(s[:m]):
+                n = m
+                break
+    return n
 
 
 def _is_chain(parents: tuple[int, ...]) -> bool:

@@ -92,11 +92,13 @@ def local_runner(spec: Spec, max_tokens: int) -> Runner:
     return run
 
 
-def remote_runner(url: str, max_tokens: int, timeout: float = 120.0) -> Runner:
+def remote_runner(url: str, max_tokens: int, timeout: float = 120.0, options=None) -> Runner:
+    """Requests to the server at `url` (`options`: TLS and headers, trtspec.client.GrpcOptions)."""
     from trtspec.client import generate_remote
 
     def run(prompt: str, k: int | None):
-        r = generate_remote(url, prompt, max_tokens=max_tokens, stream=True, num_draft_tokens=k, timeout=timeout)
+        r = generate_remote(url, prompt, max_tokens=max_tokens, stream=True, num_draft_tokens=k, timeout=timeout,
+                            options=options)
         return (r.text, r.new_tokens, r.seconds, r.ttft_seconds, r.total_draft_tokens,
                 r.total_accepted_draft_tokens, r.steps or 0)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from trtspec.cli.options import json_option
+from trtspec.cli.options import grpc_client_options, json_option
 
 
 @click.command()
@@ -25,8 +25,9 @@ from trtspec.cli.options import json_option
 @click.option("--max-tokens", default=128, show_default=True, type=click.IntRange(min=1),
               help="New tokens per request.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Also write a PNG bar chart.")
+@grpc_client_options
 @json_option
-def bench(configs, local, url, prompts_file, num_prompts, max_tokens, plot_path, as_json) -> None:
+def bench(configs, local, url, prompts_file, num_prompts, max_tokens, plot_path, as_json, grpc_options) -> None:
     """Measure speculative decoding against plain decoding of the same target, request by
     request in one run (batch 1, greedy): tokens/s, latency, TTFT, acceptance, tokens per step,
     the speedup, and whether the outputs were identical.
@@ -54,7 +55,7 @@ def bench(configs, local, url, prompts_file, num_prompts, max_tokens, plot_path,
             from trtspec.client import resolve_url
 
             target = resolve_url(url, config)
-            runner, where = cmp.remote_runner(target, max_tokens), f"served ({target})"
+            runner, where = cmp.remote_runner(target, max_tokens, options=grpc_options), f"served ({target})"
         with Progress(console=console, transient=True, disable=as_json) as progress:
             task = progress.add_task(f"{spec.name}", total=len(prompts))
             reports.append(cmp.compare(spec, prompts, runner, max_tokens=max_tokens, where=where,

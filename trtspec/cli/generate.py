@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from trtspec.cli.options import config_option, json_option
+from trtspec.cli.options import config_option, grpc_client_options, json_option
 from trtspec.errors import GenerationError
 
 
@@ -35,7 +35,8 @@ def _stats_line(d: dict) -> str:
 @config_option
 @click.option("--local", is_flag=True, help="Generate in-process with the torch runtime (no server needed).")
 @click.option("--url", envvar="TRTSPEC_URL", metavar="HOST:PORT",
-              help="Triton gRPC endpoint to stream from (default: the server `trtspec serve` started for the spec).")
+              help="Triton gRPC endpoint to stream from: HOST:PORT or grpc:// (plaintext), grpcs:// or https:// "
+                   "(TLS). Default: the server `trtspec serve` started for the spec.")
 @click.option("-p", "--prompt", required=True, help="Prompt text; '-' reads it from stdin.")
 @click.option("-n", "--max-tokens", default=128, show_default=True, type=click.IntRange(min=1),
               help="Most new tokens to generate.")
@@ -51,9 +52,10 @@ def _stats_line(d: dict) -> str:
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
 @click.option("--stream/--no-stream", default=True, show_default=True, help="Print tokens as they arrive.")
 @click.option("--timeout", default=120.0, show_default=True, type=float, help="Seconds to wait for a server.")
+@grpc_client_options
 @json_option
 def generate(config, local, url, prompt, max_tokens, temperature, top_k, top_p, seed, num_draft_tokens,
-             no_spec, stop, stream, timeout, as_json) -> None:
+             no_spec, stop, stream, timeout, as_json, grpc_options) -> None:
     """Generate a completion with speculative decoding, printing the text and its stats
     (tokens/s, time to first token, acceptance, tokens per step).
 
@@ -61,6 +63,7 @@ def generate(config, local, url, prompt, max_tokens, temperature, top_k, top_p, 
     Examples:
       trtspec generate --local -c examples/demo/eagle.toml -p "def main():"
       trtspec generate --url localhost:8001 -p "import os" --max-tokens 64
+      trtspec generate --url grpcs://llm.example:443 --root-certs ca.pem -H authorization="Bearer $T" -p "x"
       echo "class Foo:" | trtspec generate -c trtspec.toml -p - --json
     """
     text = _read_prompt(prompt)
@@ -71,7 +74,7 @@ def generate(config, local, url, prompt, max_tokens, temperature, top_k, top_p, 
         result = _local(config, text, max_tokens, temperature, top_k, top_p, seed, k, stop, on_text)
     else:
         result = _remote(config, url, text, max_tokens, temperature, top_k, top_p, seed, k, stop, stream,
-                         timeout, on_text)
+                         timeout, on_text, grpc_options)
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
@@ -141,12 +144,12 @@ def _stream_local(engine, text, params, on_text) -> dict:
 
 
 def _remote(config, url, text, max_tokens, temperature, top_k, top_p, seed, k, stop, stream, timeout,
-            on_text) -> dict:
+            on_text, grpc_options=None) -> dict:
     from trtspec.client import generate_remote, resolve_url
 
     result = generate_remote(resolve_url(url, config), text, max_tokens=max_tokens, stream=stream,
                              temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, num_draft_tokens=k,
-                             stop=list(stop), timeout=timeout, on_text=on_text)
+                             stop=list(stop), timeout=timeout, on_text=on_text, options=grpc_options)
     return result.to_dict()
 
 

@@ -27,3 +27,38 @@ def with_runtime(spec, runtime: str | None):
         if data["gpu"]["type"] == "cpu":
             data["gpu"]["type"] = "h100"
     return spec_from_dict(data, source=spec.source)
+
+
+def grpc_client_options(f):
+    """--ssl, --root-certs, --private-key, --certificate-chain and -H/--header for a command that talks
+    gRPC; the command receives them as one `grpc_options` (trtspec.client.remote.GrpcOptions)."""
+    import functools
+
+    @functools.wraps(f)
+    def wrapper(*args, ssl, root_certs, private_key, certificate_chain, headers, **kwargs):
+        from trtspec.client.remote import GrpcOptions
+
+        kwargs["grpc_options"] = GrpcOptions.make(ssl=ssl, root_certs=root_certs, private_key=private_key,
+                                                  certificate_chain=certificate_chain, headers=headers)
+        return f(*args, **kwargs)
+
+    path = click.Path(exists=True, dir_okay=False)
+    for option in reversed([
+        click.option("--ssl", is_flag=True, envvar="TRTSPEC_SSL",
+                     help="gRPC over TLS (also implied by grpcs:// or https:// in the URL; never downgraded)."),
+        click.option("--root-certs", type=path, envvar="TRTSPEC_ROOT_CERTS",
+                     help="PEM file of the CA(s) to trust for the server's certificate (default: system roots)."),
+        click.option("--private-key", type=path, envvar="TRTSPEC_PRIVATE_KEY",
+                     help="Client key (PEM) for mutual TLS."),
+        click.option("--certificate-chain", type=path, envvar="TRTSPEC_CERTIFICATE_CHAIN",
+                     help="Client certificate chain (PEM) for mutual TLS."),
+        click.option("-H", "--header", "headers", multiple=True, metavar="NAME=VALUE",
+                     help="Extra gRPC header for every call, e.g. for an auth proxy (repeatable)."),
+    ]):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+admin_key_option = click.option(
+    "--admin-key", envvar="TRTSPEC_ADMIN_KEY", metavar="KEY",
+    help="Key of the server's restricted model-repository API (header trtspec-admin-key; env TRTSPEC_ADMIN_KEY).")

@@ -17,7 +17,8 @@
 #   METHODS        demo methods                          (default: draft-model medusa eagle lookahead)
 #   OUT            work dir                              (default: /tmp/trtspec-gpu-smoke)
 #   N              tokens to compare                     (default: 48)
-#   SMOKE_TRITON   1: also serve with Triton and compare text (default: 0)
+#   SMOKE_TRITON   1: also serve with Triton and compare text (default: 0); the server binds
+#                  127.0.0.1 and its model-repository API takes $TRTSPEC_ADMIN_KEY (random if unset)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -95,13 +96,15 @@ PY
   if [ "${SMOKE_TRITON:-0}" = "1" ]; then
     "$TRTSPEC" --version >/dev/null
     python3 -m trtspec.repository.trtllm.upstream "$OUT/repo/$name"
+    # the key stays in the environment: the command line below only references it
+    export TRTSPEC_ADMIN_KEY="${TRTSPEC_ADMIN_KEY:-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
     launch=$(SPEC="$spec" REPO="$OUT/repo/$name" python3 - <<'PY'
-import os, shlex
+import os
 from trtspec.spec import load_spec, spec_from_dict
-from trtspec.repository.trtllm import launch_command
+from trtspec.repository.trtllm.launch import launch_command, launch_shell
 d = load_spec(os.environ["SPEC"]).to_dict()
 d["runtime"].update(kind="trtllm-engine", device="cuda"); d["gpu"]["type"] = "h100"
-print(shlex.join(launch_command(spec_from_dict(d), os.environ["REPO"])))
+print(launch_shell(launch_command(spec_from_dict(d), os.environ["REPO"], host="127.0.0.1")))
 PY
 )
     echo "$launch"

@@ -63,7 +63,7 @@ def target(e2e, tmp_path_factory):
         result = CliRunner().invoke(main, [
             "deploy", "-c", str(spec.source), "--url", server.http_url, "--grpc-url", server.grpc_url,
             "--server-repo", str(repo), "--repo", str(out / "model_repository"), "--engines", str(out / "engines"),
-            "--smoke-prompt", e2e.prompts[0], "--smoke-tokens", str(TOKENS), "--json"])
+            "--smoke-prompt", e2e.prompts[0], "--smoke-tokens", str(TOKENS), "--admin-key", server.admin_key, "--json"])
         assert result.exit_code == 0, result.output
         yield Target(server, repo, spec, out, e2e.prompts[0], json.loads(result.output))
     finally:
@@ -102,7 +102,8 @@ def test_a_broken_redeploy_rolls_back_to_the_previous_deployment(target, tmp_pat
 
     with pytest.raises(DeployError) as info:
         deploy_spec(spec, server.http_url, target.repo, grpc_url=server.grpc_url, smoke_prompt=target.prompt,
-                    smoke_tokens=TOKENS, out_repo=broken / "model_repository", out_engines=broken / "engines")
+                    smoke_tokens=TOKENS, out_repo=broken / "model_repository", out_engines=broken / "engines",
+                    admin_key=server.admin_key)
     message = info.value.message
     assert "failed at the load" in message and "broken-build-7" in message and "rolled back" in message
     assert "\n" not in message and " At: " not in message  # one line, no Python traceback

@@ -1,11 +1,13 @@
 """Server lifecycle on a deployment's own built repository: `trtspec serve` in the background and
-`--stop`, explicit-mode deploy, clean restart, and startup failures that report the server log."""
+`--stop`, explicit-mode deploy (with the admin key), clean restart, and startup failures that report
+the server log. Drain, kill -9 and cleanup: test_shutdown.py; bind and admin key: test_security.py."""
 
 from __future__ import annotations
 
 import glob
 import json
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -46,7 +48,13 @@ def test_cli_serve_in_background_then_stop(e2e, tmp_path, monkeypatch):
     started = runner.invoke(main, args + ["--json"])
     assert started.exit_code == 0, started.output
     state = json.loads(started.output)
+    state_file = tmp_path / "state" / f"serve-{dep.spec.name}.json"
     try:
+        assert "admin_key" not in state and state["http_url"].startswith("127.0.0.1:")  # not printed; loopback
+        recorded = json.loads(state_file.read_text())
+        assert stat.S_IMODE(state_file.stat().st_mode) == 0o600 and len(recorded["admin_key"]) >= 32
+        # model control with the recorded key (load_models finds it for the server on that port)
+        assert load_models(state["http_url"], [dep.spec.serving.ensemble_name], reload=True) == ["ensemble"]
         assert resolve_url(None, spec_path) == state["grpc_url"]
         result = generate_remote(resolve_url(None, spec_path), e2e.prompts[0], max_tokens=16)
         assert result.text == _expected(e2e)
@@ -54,7 +62,7 @@ def test_cli_serve_in_background_then_stop(e2e, tmp_path, monkeypatch):
         assert again.exit_code == ServeError.exit_code and "already running" in again.output
     finally:
         stopped = runner.invoke(main, ["serve", "-c", spec_path, "--stop"])
-    assert stopped.exit_code == 0 and "stopped" in stopped.output
+    assert stopped.exit_code == 0 and "stopped" in stopped.output and "drained" in stopped.output
     assert _gone(state["pid"])
     assert not glob.glob(f"/dev/shm/{state['shm_prefix']}*")
     assert not (tmp_path / "state" / f"serve-{dep.spec.name}.json").exists()
@@ -90,14 +98,17 @@ def test_undeploy_and_deploy_on_the_running_server(e2e):
     url, grpc_url = e2e.server.http_url, e2e.server.grpc_url
     expected = _expected(e2e)
     generation = f"tensorrt_llm_{METHOD}"
-    unload_models(url, [dep.ensemble, generation])
+    with pytest.raises(ServeError, match="restricted"):  # the model-repository API needs the server's key
+        unload_models(url, [dep.ensemble], admin_key="not-the-key-0123456789")
+    key = e2e.server.admin_key
+    unload_models(url, [dep.ensemble, generation], admin_key=key)
     try:
         with pytest.raises(ClientError, match="unknown model"):
             generate_remote(grpc_url, e2e.prompts[0], max_tokens=4, model=dep.ensemble, timeout=20)
         assert generate_remote(grpc_url, e2e.prompts[0], max_tokens=4,
                                model=e2e.deployments["eagle"].ensemble).new_tokens == 4  # others keep serving
     finally:
-        assert load_models(url, [dep.ensemble]) == [dep.ensemble]
+        assert load_models(url, [dep.ensemble], admin_key=key) == [dep.ensemble]
     assert _expected(e2e) == expected
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -40,6 +41,9 @@ def test_gitlab_ci_parses_and_has_the_three_stages():
 def test_dockerfile_and_smoke_script():
     docker = (CI / "Dockerfile").read_text()
     assert "FROM ${TRITON_IMAGE}" in docker and "bundle.json" in docker and "launch.sh" in docker
+    assert "-e TRTSPEC_BIND_HOST=0.0.0.0 -e TRTSPEC_ADMIN_KEY " in docker  # passed through, never a literal
+    for path in CI.iterdir():  # no template sets a literal key
+        assert not re.search(r"(TRTSPEC_ADMIN_KEY|trtspec-admin-key)[=:] *[\"']?\w{8}", path.read_text()), path
     assert subprocess.run(["bash", "-n", str(CI / "gpu-smoke.sh")]).returncode == 0
     smoke = (CI / "gpu-smoke.sh").read_text()
     assert "generate -c \"$spec\" --local --no-spec --json" in smoke and "ModelRunnerCpp" in smoke
@@ -88,6 +92,16 @@ def test_bundle_for_the_serving_image(make_spec, build_opts, workdir, record):
     assert cfg.parameters["tokenizer_dir"].string_value == "/opt/trtspec/tokenizer/draft-model"
     launch = (out / "launch.sh").read_text()
     assert "exec env TRTLLM_ORCHESTRATOR=1" in launch and "--model-repository=/opt/trtspec/models/draft-model" in launch
+    # bind address and admin key come from the container's environment; no literal key in the file
+    assert '--http-address="${TRTSPEC_BIND_HOST:-127.0.0.1}"' in launch
+    assert 'model-repository,shared-memory,trace,logging:trtspec-admin-key="${TRTSPEC_ADMIN_KEY' in launch
+    assert subprocess.run(["bash", "-n", str(out / "launch.sh")]).returncode == 0
+    echo = launch.replace("\nexec ", "\nexec printf '%s\\n' ")  # run it, printing the argv it would exec
+    argv = subprocess.run(["bash", "-c", echo], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"},
+                          check=True).stdout.splitlines()
+    assert "--grpc-address=127.0.0.1" in argv
+    keys = {a.rpartition("=")[2] for a in argv if "trtspec-admin-key=" in a}
+    assert len(keys) == 1 and len(keys.pop()) >= 32  # unset: a random key, the API stays closed
     meta = json.loads((out / "bundle.json").read_text())
     assert meta["entry_model"] == "tensorrt_llm_bls" and "tensorrt_llm_bls" in meta["upstream_files"]["files"]
     # the Dockerfile's copy step, run against a stand-in of the container's /app/all_models

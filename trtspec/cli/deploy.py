@@ -6,7 +6,7 @@ import json
 
 import click
 
-from trtspec.cli.options import config_option, json_option
+from trtspec.cli.options import admin_key_option, config_option, grpc_client_options, json_option
 
 
 @click.command()
@@ -30,23 +30,31 @@ from trtspec.cli.options import config_option, json_option
 @click.option("--no-rollback", is_flag=True, help="On failure leave the new files and models as they are.")
 @click.option("--timeout", default=300.0, show_default=True, type=float,
               help="Seconds for model (un)loading and for each smoke request.")
+@admin_key_option
+@grpc_client_options
 @json_option
 def deploy(config, url, server_repo, grpc_url, out_repo, out_engines, smoke_prompt, smoke_tokens, no_rollback,
-           timeout, as_json) -> None:
+           timeout, admin_key, as_json, grpc_options) -> None:
     """Deploy the spec's build (`trtspec build`) onto an already running Triton server.
 
     Copies model_repository/<name>/ and engines/<name>/ into --server-repo (the previous versions go to
     a .trtspec-backup-<time>/ dir there), unloads the deployment's models, loads its ensemble, then
     runs a greedy smoke request over gRPC with and without speculation (outputs must be identical).
     On failure it restores the backup and reloads the previous models (unless --no-rollback); exit 5.
+
+    Model control needs the server's admin key (header trtspec-admin-key): --admin-key /
+    $TRTSPEC_ADMIN_KEY, by default the key `trtspec serve` recorded for the server on that port.
+    The TLS/header options apply to the gRPC smoke test.
     """
+    from trtspec.serve import admin_key_for
     from trtspec.serve.deploy import deploy_spec
     from trtspec.spec import load_spec
 
     spec = load_spec(config)
     result = deploy_spec(spec, url, server_repo, grpc_url=grpc_url, smoke_prompt=smoke_prompt,
                          smoke_tokens=smoke_tokens, rollback=not no_rollback, out_repo=out_repo,
-                         out_engines=out_engines, timeout=timeout)
+                         out_engines=out_engines, timeout=timeout, admin_key=admin_key or admin_key_for(url),
+                         grpc_options=grpc_options)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
         return

@@ -236,10 +236,18 @@ class _Swap:
 # --------------------------------------------------------------------------------------------
 
 
-def _client(url: str, timeout: float):
+def _client(url: str, timeout: float, admin_key: str | None = None):
+    """HTTP client for model control; every call carries the server's admin key (its model-repository
+    API is restricted: see trtspec.serve.server)."""
     import tritonclient.http as httpclient
 
-    return httpclient.InferenceServerClient(url, connection_timeout=timeout, network_timeout=timeout)
+    from trtspec.client.remote import HeaderPlugin
+    from trtspec.serve.server import admin_headers
+
+    client = httpclient.InferenceServerClient(url, connection_timeout=timeout, network_timeout=timeout)
+    if admin_key:
+        client.register_plugin(HeaderPlugin(admin_headers(admin_key, "http")))
+    return client
 
 
 def _message(exc: Exception, limit: int = 400) -> str:
@@ -296,14 +304,17 @@ def _load(client, ensemble: str, models: list[str], url: str) -> list[str]:
     return models
 
 
-def smoke_test(grpc_url: str, prompt: str, *, model: str, max_tokens: int = 32, timeout: float = 120.0) -> SmokeResult:
-    """Greedy with the deployment's K and with no speculation: both non-empty and identical."""
+def smoke_test(grpc_url: str, prompt: str, *, model: str, max_tokens: int = 32, timeout: float = 120.0,
+               grpc_options=None) -> SmokeResult:
+    """Greedy with the deployment's K and with no speculation: both non-empty and identical
+    (`grpc_options`: TLS and headers, trtspec.client.remote.GrpcOptions)."""
     from trtspec.client.remote import generate_remote
 
     try:
-        spec_run = generate_remote(grpc_url, prompt, max_tokens=max_tokens, model=model, timeout=timeout)
+        spec_run = generate_remote(grpc_url, prompt, max_tokens=max_tokens, model=model, timeout=timeout,
+                                   options=grpc_options)
         plain = generate_remote(grpc_url, prompt, max_tokens=max_tokens, model=model, num_draft_tokens=0,
-                                timeout=timeout)
+                                timeout=timeout, options=grpc_options)
     except TrtspecError as exc:
         raise _StepFailed("smoke test", f"smoke request to {grpc_url} failed: {exc.message}") from None
     result = SmokeResult(prompt=prompt, text=spec_run.text, text_plain=plain.text,
@@ -335,9 +346,13 @@ def deploy_spec(
     out_repo: str | Path = "model_repository",
     out_engines: str | Path = "engines",
     timeout: float = 300.0,
+    admin_key: str | None = None,
+    grpc_options=None,
 ) -> DeployResult:
     """Deploy the spec's torch build onto the running server at `url` (HTTP HOST:PORT, explicit
-    model-control mode) whose model repository is `server_repo`; see the module docstring."""
+    model-control mode) whose model repository is `server_repo`; see the module docstring.
+    `admin_key` opens the server's restricted model-repository API; `grpc_options` (TLS, headers)
+    are for the smoke test."""
     start = time.perf_counter()
     url = _http_url(url)
     repo_dir, engine_dir, _lock, models = _find_build(spec, Path(out_repo), Path(out_engines))
@@ -350,7 +365,7 @@ def deploy_spec(
     grpc = resolve_grpc_url(url, grpc_url, spec)
 
     try:
-        client = _client(url, timeout)
+        client = _client(url, timeout, admin_key)
         previous = _ready(client, models)
     except Exception as exc:  # noqa: BLE001 - any client failure is a deploy failure
         raise DeployError(f"cannot query models on {url}: {_message(exc)}", hint="check --url") from None
@@ -378,7 +393,8 @@ def deploy_spec(
             raise
         except Exception as exc:  # noqa: BLE001 - connection errors etc.
             raise _StepFailed("load", f"model control on {url} failed: {_message(exc)}") from None
-        smoke = smoke_test(grpc, smoke_prompt, model=ensemble, max_tokens=smoke_tokens, timeout=timeout)
+        smoke = smoke_test(grpc, smoke_prompt, model=ensemble, max_tokens=smoke_tokens, timeout=timeout,
+                           grpc_options=grpc_options)
     except (_StepFailed, OSError) as exc:
         step = exc.step if isinstance(exc, _StepFailed) else "stage"
         message = exc.message if isinstance(exc, _StepFailed) else str(exc)

@@ -138,6 +138,10 @@ class Stream:
         s.drafted += event.drafted
         s.accepted += event.accepted
         self.model.metrics.generated.increment(len(event.tokens))
+        if event.finish_reason == "shutdown":  # cut at the server's drain deadline: say so, do not hang
+            self.fail(pb_utils.TritonError(f"generation cut after {s.tokens} tokens: the server is shutting down "
+                                           "(drain deadline reached)", code=pb_utils.TritonError.UNAVAILABLE))
+            return
         if event.finish_reason == "error":  # the engine's message may be long or name files: log it
             pb_utils.Logger.log_error(f"trtspec tensorrt_llm: request {event.request_id} failed: {event.error}")
             self.fail(pb_utils.TritonError("generation failed (internal error); the server log has the details",
@@ -201,6 +205,12 @@ class TritonPythonModel:
         self.boundary = textio.boundary_tokens(self.tokenizer)
         self.limits = spec.limits
         self.metrics = Metrics(spec.name, spec.method)
+        serving.watch_server(on_drain=self.drain)  # exit with the server; drain when it stops
+
+    def drain(self, deadline, refuse_new, on_idle):
+        """The server is stopping (trtspec wrote its drain request): finish what is in flight, cut the rest
+        at `deadline` (their streams end with an UNAVAILABLE error saying so)."""
+        self.engine.drain(deadline, refuse_new=refuse_new, on_idle=on_idle)
 
     def execute(self, requests):
         for request in requests:
@@ -251,6 +261,7 @@ class TritonPythonModel:
         return ids, params, streaming
 
     def finalize(self):
+        serving.forget_instance()
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.close()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ import yaml
 from trtspec.errors import RepositoryError, TrtspecError
 from trtspec.names import inside
 from trtspec.repository.trtllm.common import read_manifest
-from trtspec.repository.trtllm.launch import launch_command
+from trtspec.repository.trtllm.launch import HOST_REF, launch_command, launch_script
 from trtspec.repository.trtllm.relocate import relocate_repository
 from trtspec.spec import Spec
 
@@ -88,9 +87,8 @@ def bundle(spec: Spec, out: Path, *, engines_root: Path = Path("engines"), repo_
             sc["speculative_model"] = str(img / "checkpoints" / name / "speculative")
         yml.write_text(header + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         where["checkpoints"] = str(img / "checkpoints" / name)
-    cmd = launch_command(spec, where["repository"])
-    (out / "launch.sh").write_text("#!/usr/bin/env bash\n# written by trtspec: serves " + name + "\nexec "
-                                   + shlex.join(cmd) + "\n", encoding="utf-8")
+    cmd = launch_command(spec, where["repository"], host=HOST_REF)  # bind + admin key from the container's env
+    (out / "launch.sh").write_text(launch_script(cmd, name), encoding="utf-8")
     (out / "launch.sh").chmod(0o755)
     (out / "bundle.json").write_text(json.dumps({"name": name, "flavour": manifest["flavour"],
                                                  "entry_model": manifest.get("entry_model"), "paths": where,

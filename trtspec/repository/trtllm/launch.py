@@ -19,10 +19,19 @@ foreground process the caller owns (the script itself `Popen`s and returns at on
 The BLS model (draft-model) reads the other models' configs over gRPC at localhost:8001
 (`tensorrt_llm_bls/1/model.py`: model_config_api_baseurl = "localhost:8001/v2/models/"), so
 inside the container gRPC must stay on 8001 for draft-model; map it outside with `docker -p`.
+
+Safe defaults, as for the bundled server (trtspec/serve/server.py): every rank binds `host`
+(127.0.0.1 unless told otherwise; a container published with `docker -p` needs 0.0.0.0), and the
+model-repository, shared-memory, trace and logging APIs are restricted to the header
+`trtspec-admin-key`. The key is never written into a file: by default the argv holds the reference
+ADMIN_KEY_REF, which `launch_shell`/`launch_script` render as the shell expansion of
+$TRTSPEC_ADMIN_KEY (a secret of the deployment; `launch_script` makes a random one when it is unset,
+which keeps the API closed). `admin_key=None` leaves those APIs open.
 """
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from trtspec.errors import RepositoryError
@@ -31,6 +40,20 @@ from trtspec.repository.trtllm.engine import DRAFT, TARGET, fast_logits
 from trtspec.spec import Spec
 
 TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
+ADMIN_KEY_ENV = "TRTSPEC_ADMIN_KEY"
+BIND_HOST_ENV = "TRTSPEC_BIND_HOST"
+ADMIN_KEY_REF = "${%s}" % ADMIN_KEY_ENV      # stands for the key in an argv; rendered by launch_shell
+HOST_REF = "${%s}" % BIND_HOST_ENV           # stands for the bind address (launch_script: 127.0.0.1 unless set)
+_REFS = {ADMIN_KEY_REF: '"${%s:?set %s: the key of the restricted model-repository API}"' % (ADMIN_KEY_ENV,
+                                                                                              ADMIN_KEY_ENV),
+         HOST_REF: '"${%s:-127.0.0.1}"' % BIND_HOST_ENV}
+
+
+def _access_args(host: str, admin_key: str | None) -> list[str]:
+    from trtspec.serve.server import restricted_args
+
+    args = [f"--http-address={host}", f"--grpc-address={host}", f"--metrics-address={host}"]
+    return args + (restricted_args(admin_key) if admin_key else [])
 
 
 def launch_world_size(spec: Spec) -> int:
@@ -58,13 +81,17 @@ def _ports(spec: Spec, http: int | None, grpc: int | None, metrics: int | None) 
 
 def launch_command(spec: Spec, repo_dir: str | Path, *, tritonserver: str = TRITONSERVER,
                    http_port: int | None = None, grpc_port: int | None = None, metrics_port: int | None = None,
-                   log_file: str | None = None) -> list[str]:
-    """argv that serves `repo_dir` (model_repository/<name>) for a trtllm runtime spec."""
+                   log_file: str | None = None, host: str = "127.0.0.1",
+                   admin_key: str | None = ADMIN_KEY_REF) -> list[str]:
+    """argv that serves `repo_dir` (model_repository/<name>) for a trtllm runtime spec, bound to
+    `host`, its model-repository API restricted to `admin_key` (default: ADMIN_KEY_REF, for
+    `launch_shell`; a real key to run the argv directly; None: open)."""
     if spec.runtime.kind not in ("trtllm-engine", "trtllm-llmapi"):
         raise RepositoryError(f"launch_command is for the trtllm runtimes, not {spec.runtime.kind!r}")
     http, grpc, metrics = _ports(spec, http_port, grpc_port, metrics_port)
     repo = str(Path(repo_dir).resolve())
-    port_args = [f"--grpc-port={grpc}", f"--http-port={http}", f"--metrics-port={metrics}"]
+    port_args = [f"--grpc-port={grpc}", f"--http-port={http}", f"--metrics-port={metrics}",
+                 *_access_args(host, admin_key)]
     log_args = ["--log-verbose=3", f"--log-file={log_file}"] if log_file else []
     if spec.runtime.kind == "trtllm-llmapi":
         return [tritonserver, f"--model-repository={repo}", *port_args, *log_args]
@@ -89,6 +116,48 @@ def launch_command(spec: Spec, repo_dir: str | Path, *, tritonserver: str = TRIT
                     *(f"--cuda-memory-pool-byte-size={g}:0" for g in range(spec.gpu.count))]
         cmd += ["--disable-auto-complete-config", f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
     return cmd
+
+
+def launch_shell(cmd: list[str]) -> str:
+    """`cmd` as one shell line, ADMIN_KEY_REF / HOST_REF rendered as quoted expansions of
+    $TRTSPEC_ADMIN_KEY (required) / $TRTSPEC_BIND_HOST (default 127.0.0.1): no secret in the text."""
+    words = []
+    for arg in cmd:
+        parts, rest = [], arg
+        while True:
+            hits = [(rest.find(ref), ref) for ref in _REFS if ref in rest]
+            if not hits:
+                break
+            at, ref = min(hits)
+            if at:
+                parts.append(shlex.quote(rest[:at]))
+            parts.append(_REFS[ref])
+            rest = rest[at + len(ref):]
+        if rest or not parts:
+            parts.append(shlex.quote(rest))
+        words.append("".join(parts))
+    return " ".join(words)
+
+
+def launch_script(cmd: list[str], name: str) -> str:
+    """The bundle's launch.sh (the image's CMD): binds $TRTSPEC_BIND_HOST (127.0.0.1 when unset; a
+    container published with `docker -p` needs 0.0.0.0, and says so), restricts the model-repository
+    API to $TRTSPEC_ADMIN_KEY (pass it as a secret; a random key when unset keeps the API closed)."""
+    return f"""#!/usr/bin/env bash
+# written by trtspec: serves {name}
+#   {BIND_HOST_ENV}  address to bind (default 127.0.0.1; 0.0.0.0 to publish the ports with docker -p)
+#   {ADMIN_KEY_ENV}  key of the model-repository API (header trtspec-admin-key), from a secret;
+#                      unset: a random key, i.e. model control closed
+set -euo pipefail
+if [ -z "${{{ADMIN_KEY_ENV}:-}}" ]; then
+  {ADMIN_KEY_ENV}="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \\n')"
+fi
+case "${{{BIND_HOST_ENV}:-127.0.0.1}}" in
+  127.*|::1|localhost) ;;
+  *) echo "warning: binding {BIND_HOST_ENV}=${{{BIND_HOST_ENV}}}: reachable from other machines; inference has no authentication (use a firewall or an authenticating proxy)" >&2 ;;
+esac
+exec {launch_shell(cmd)}
+"""
 
 
 def launch_script_command(spec: Spec, repo_dir: str | Path) -> list[str]:

@@ -1,0 +1,76 @@
+"""The background server's state file and `serve --stop` without a server: the recorded pid is signalled
+only when it is still the server trtspec started (pid reuse), and the file, which holds the admin key,
+is written 0600 and atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from tests.support import DEMO
+from trtspec.cli import main
+from trtspec.serve.server import is_our_server, proc_cmdline, proc_start_time
+from trtspec.serve.state import read_state, state_path, write_state
+
+SPEC = DEMO / "lookahead.toml"
+NAME = "demo-lookahead"
+
+
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRTSPEC_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def sleeper():
+    proc = subprocess.Popen(["sleep", "600"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def _record(pid: int, **extra) -> None:
+    write_state(state_path(NAME), {"pid": pid, "shm_prefix": "trtspec_1_0badc0de_", "name": NAME, **extra})
+
+
+@pytest.mark.parametrize("recorded", ["full", "legacy"])
+def test_stop_never_signals_a_process_that_is_not_the_recorded_server(state_dir, sleeper, recorded):
+    """The pid of the recorded server now belongs to `sleep`: --stop leaves it alone and drops the state."""
+    if recorded == "full":  # what trtspec records: the server's start time and command line
+        _record(sleeper.pid, start_time=(proc_start_time(sleeper.pid) or 0) - 1,
+                cmdline=["/opt/tritonserver/bin/tritonserver", "--model-repository=/x"])
+    else:  # a state of an older trtspec: pid only (matched by the shm prefix on the command line)
+        _record(sleeper.pid)
+    result = CliRunner().invoke(main, ["serve", "-c", str(SPEC), "--stop"])
+    assert result.exit_code == 0, result.output
+    assert "was not signalled" in result.output and "sleep 600" in result.output
+    assert sleeper.poll() is None  # still running: no SIGTERM, no SIGKILL
+    assert not state_path(NAME).exists()
+
+
+def test_the_state_file_is_private_and_written_whole(state_dir):
+    path = write_state(state_path(NAME), {"pid": 1, "admin_key": "k" * 32})
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    write_state(path, {"pid": 2})
+    assert read_state(path) == {"pid": 2} and sorted(os.listdir(path.parent)) == [path.name]  # no temp file left
+    path.write_text("{broken")
+    assert read_state(path) is None
+
+
+def test_process_identity_is_start_time_and_command_line(sleeper):
+    start, argv = proc_start_time(sleeper.pid), proc_cmdline(sleeper.pid)
+    assert argv == ["sleep", "600"] and start
+    assert is_our_server(sleeper.pid, start, argv)
+    assert not is_our_server(sleeper.pid, start + 1, argv) and not is_our_server(sleeper.pid, start, ["sleep", "1"])
+    assert not is_our_server(sleeper.pid, None, None)
+
+
+def test_stop_without_a_recorded_server(state_dir):
+    result = CliRunner().invoke(main, ["serve", "-c", str(SPEC), "--stop", "--json"])
+    assert result.exit_code == 0 and json.loads(result.output) == {"stopped": False, "outcome": None, "state": None}

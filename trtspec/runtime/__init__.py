@@ -12,7 +12,11 @@ SpecEngine scheduler (continuous batching).
 SamplingParams(max_new_tokens=128, temperature=0.0, top_k=0, top_p=1.0, seed=None, stop=(), end_id=None,
 num_draft_tokens=None): temperature 0 is greedy; end_id None = the model's EOS, -1 = none; num_draft_tokens
 None = the spec's K with adaptive control, 0 = plain decoding, n = fixed K (<= the spec's K). Invalid
-requests raise trtspec.errors.GenerationError (from generate/stream/submit alike).
+requests raise trtspec.errors.GenerationError (from generate/stream/submit alike): temperature must be 0 or
+finite >= 1e-5, top_k an integer >= 0, 0 < top_p <= 1, seed in [0, 2^64), end_id -1 or a token id, at most 16
+stop strings of at most 256 characters. A request's output does not depend on what it is batched with: greedy, and
+seeded sampling too (its random stream is its own), up to the rounding of batched matmuls (bf16 drafters
+round a batch differently from one row).
 
 Modules: llama.py (model), cache.py (KV cache, masks), sampling.py (distributions, acceptance rules),
 drafters.py (none, draft-model, medusa, eagle, lookahead), engine.py (scheduler, API)."""

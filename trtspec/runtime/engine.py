@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import numbers
+import operator
 import os
 import queue
 import threading
@@ -88,6 +90,9 @@ class AdaptiveConfig:
     fallback_acceptance: float = 0.2
 
 
+# request limits: stop strings are searched in the whole text at every token (and held back while streaming);
+# a temperature below MIN_TEMPERATURE (other than 0) overflows logits / T in float32 into NaN probabilities
+MAX_STOP_STRINGS, MAX_STOP_CHARS, MIN_TEMPERATURE = 16, 256, 1e-5
 DRAFT_COST = 0.15  # c: one draft token's cost in target decode steps (draft pass + verify growth; CPU-typical)
 
 
@@ -333,7 +338,7 @@ class SpecEngine:
                ) -> str:
         """Queue a request for the background scheduler thread; events go to on_event (called on that thread).
         Invalid requests raise GenerationError here."""
-        req = self._make(list(prompt_ids), params or SamplingParams(), on_event)
+        req = self._make(_token_ids(prompt_ids), params or SamplingParams(), on_event)
         self._enqueue([req])
         with self._cv:
             if not self._thread_alive():
@@ -410,9 +415,11 @@ class SpecEngine:
             if self.tokenizer is None:
                 raise GenerationError("this engine has no tokenizer: pass token ids")
             return list(self.tokenizer(prompt)["input_ids"])
-        return [int(t) for t in prompt]
+        return _token_ids(prompt)
 
     def _make(self, prompt: list[int], params: SamplingParams, on_event) -> _Request:
+        if not isinstance(params, SamplingParams):
+            raise GenerationError(f"sampling params must be a SamplingParams, not {type(params).__name__}")
         self._validate(prompt, params)
         if params.end_id is None:
             eos = self.eos_ids
@@ -428,18 +435,36 @@ class SpecEngine:
             raise GenerationError(f"prompt has {len(prompt)} tokens, more than limits.max_input_len = "
                                   f"{self.max_input_len}", hint="shorten the prompt or raise limits.max_input_len")
         if not all(0 <= t < V for t in prompt):
-            raise GenerationError(f"prompt token ids must be in [0, {V})")
-        if not 0 < p.max_new_tokens <= self.max_output_len:
-            raise GenerationError(f"max_new_tokens = {p.max_new_tokens} must be in 1..{self.max_output_len} "
-                                  "(limits.max_output_len)", hint="ask for fewer tokens or raise the limit")
-        if p.temperature < 0 or p.top_k < 0 or not 0 < p.top_p <= 1:
-            raise GenerationError(f"bad sampling settings (temperature {p.temperature}, top_k {p.top_k}, "
-                                  f"top_p {p.top_p})", hint="temperature >= 0, top_k >= 0, 0 < top_p <= 1")
-        if p.num_draft_tokens is not None and not 0 <= p.num_draft_tokens <= self.k_max:
-            raise GenerationError(f"num_draft_tokens = {p.num_draft_tokens} must be in 0..{self.k_max}",
+            raise GenerationError(f"prompt token ids must be in [0, {V})", hint="the model's vocab_size is the bound")
+        if not _is_int(p.max_new_tokens) or not 0 < p.max_new_tokens <= self.max_output_len:
+            raise GenerationError(f"max_new_tokens = {p.max_new_tokens!r} must be an integer in "
+                                  f"1..{self.max_output_len} (limits.max_output_len)",
+                                  hint="ask for fewer tokens or raise the limit")
+        # NaN compares false with everything: every check is written so that NaN fails it
+        t = p.temperature
+        if not (_is_real(t) and (t == 0 or MIN_TEMPERATURE <= t < float("inf"))):
+            raise GenerationError(f"bad sampling setting: temperature = {t!r}",
+                                  hint=f"0 (greedy) or a finite number >= {MIN_TEMPERATURE:g}")
+        if not (_is_int(p.top_k) and p.top_k >= 0):
+            raise GenerationError(f"bad sampling setting: top_k = {p.top_k!r}", hint="an integer >= 0 (0: off)")
+        if not (_is_real(p.top_p) and 0 < p.top_p <= 1):
+            raise GenerationError(f"bad sampling setting: top_p = {p.top_p!r}", hint="a number in (0, 1] (1: off)")
+        if p.seed is not None and not (_is_int(p.seed) and 0 <= p.seed < 2**64):
+            raise GenerationError(f"bad sampling setting: seed = {p.seed!r}",
+                                  hint="an integer in [0, 2^64), or none for a random one")
+        k = p.num_draft_tokens
+        if k is not None and not (_is_int(k) and 0 <= k <= self.k_max):
+            raise GenerationError(f"num_draft_tokens = {k!r} must be in 0..{self.k_max}",
                                   hint="the spec's speculative.num_draft_tokens is the maximum")
-        if isinstance(p.stop, str) or not all(isinstance(s, str) and s for s in p.stop):
-            raise GenerationError("stop must be a sequence of non-empty strings")
+        if p.end_id is not None and not (_is_int(p.end_id) and -1 <= p.end_id < V):
+            raise GenerationError(f"end_id = {p.end_id!r} must be -1 (none) or a token id in [0, {V})",
+                                  hint="leave it unset for the model's EOS")
+        if not isinstance(p.stop, (tuple, list)) or not all(isinstance(s, str) and s for s in p.stop):
+            raise GenerationError("stop must be a sequence of non-empty strings", hint='e.g. stop=("\\n\\n",)')
+        if len(p.stop) > MAX_STOP_STRINGS or any(len(s) > MAX_STOP_CHARS for s in p.stop):
+            raise GenerationError(f"stop: {len(p.stop)} strings of up to {max(map(len, p.stop))} characters",
+                                  hint=f"at most {MAX_STOP_STRINGS} stop strings of at most {MAX_STOP_CHARS} "
+                                       "characters each")
         if p.stop and self.tokenizer is None:
             raise GenerationError("stop strings need a tokenizer")
 
@@ -662,6 +687,23 @@ class SpecEngine:
                                 error=None if r.error is None else f"{type(r.error).__name__}: {r.error}"))
         if active and r in self._active:
             self._retire([r])
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def _token_ids(prompt) -> list[int]:
+    """Token ids as ints (Python, numpy or 0-d integer tensors); anything else is a GenerationError."""
+    try:
+        return [operator.index(t) for t in prompt]
+    except TypeError:
+        raise GenerationError("a prompt must be text or a sequence of integer token ids",
+                              hint=f"got {type(prompt).__name__}") from None
 
 
 def stop_prefix(text: str, stops: Sequence[str]) -> int:

@@ -71,6 +71,22 @@ def test_process_identity_is_start_time_and_command_line(sleeper):
     assert not is_our_server(sleeper.pid, None, None)
 
 
+def test_binding_elsewhere_or_opening_model_control_is_warned_and_bad_values_refused(state_dir, capsys):
+    from trtspec.cli.serve import _safety_warnings
+
+    _safety_warnings("127.0.0.1", False)
+    assert capsys.readouterr().err == ""
+    _safety_warnings("0.0.0.0", True)
+    err = capsys.readouterr().err
+    assert "warning: binding 0.0.0.0: the server is reachable from other machines" in err
+    assert "warning: --open-model-control" in err
+    runner = CliRunner()
+    bad_host = runner.invoke(main, ["serve", "-c", str(SPEC), "--host", "0.0.0.0:80"])
+    assert bad_host.exit_code == 5 and bad_host.output.startswith("error: bad bind address '0.0.0.0:80'")
+    short_key = runner.invoke(main, ["serve", "-c", str(SPEC), "--admin-key", "short"])
+    assert short_key.exit_code == 5 and "admin key must be 16-256 characters" in short_key.output
+
+
 def test_stop_without_a_recorded_server(state_dir):
     result = CliRunner().invoke(main, ["serve", "-c", str(SPEC), "--stop", "--json"])
     assert result.exit_code == 0 and json.loads(result.output) == {"stopped": False, "outcome": None, "state": None}

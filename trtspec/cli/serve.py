@@ -46,8 +46,8 @@ def _safety_warnings(host: str, open_model_control: bool) -> None:
 @click.option("--metrics-port", type=click.IntRange(0, 65535),
               help="Metrics port (default: serving.metrics_port; 0 = free).")
 @click.option("--host", metavar="ADDRESS",
-              help="Address to bind HTTP, gRPC and metrics to (default: serving.host, 127.0.0.1). Anything but "
-                   "loopback makes the server reachable from other machines (warned).")
+              help="Address to bind HTTP, gRPC and metrics to (default 127.0.0.1). Anything but loopback makes "
+                   "the server reachable from other machines (warned).")
 @admin_key_option
 @click.option("--open-model-control", is_flag=True,
               help="Leave the model-repository API (load/unload = run code) open to every client (warned).")
@@ -87,14 +87,14 @@ def serve(config, grpc_port, http_port, metrics_port, host, admin_key, open_mode
     mpirun (world size = tensor x pipeline parallel) in the foreground. --print-command shows it.
     """
     from trtspec.serve import running_state, server_for_spec, start_background, stop_background
-    from trtspec.serve.server import GrpcTls, check_admin_key
+    from trtspec.serve.server import GrpcTls, check_admin_key, check_host
     from trtspec.spec import load_spec
 
     spec = with_runtime(load_spec(config), runtime)
     if stop:
         _stop(spec, as_json)
         return
-    host = host or getattr(spec.serving, "host", None) or "127.0.0.1"
+    host = check_host(host or "127.0.0.1")
     if admin_key:
         check_admin_key(admin_key)
     if spec.runtime.kind != "torch":

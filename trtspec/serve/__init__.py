@@ -42,14 +42,15 @@ def repository_dir(spec: Spec, out_repo: str | Path = "model_repository") -> Pat
 def server_for_spec(spec: Spec, *, out_repo: str | Path = "model_repository", http_port: int | None = None,
                     grpc_port: int | None = None, metrics_port: int | None = None, host: str | None = None,
                     **kwargs: Any) -> TritonServer:
-    """A TritonServer for the spec's built repository; ports and bind address default to the spec's
-    serving.* (port 0 = free)."""
+    """A TritonServer for the spec's built repository; ports default to the spec's serving.* (0 = free),
+    the bind address to 127.0.0.1 (not a spec key: where a server listens is the operator's choice at
+    start, and the spec is part of the build's lock key)."""
     s = spec.serving
     return TritonServer(repository_dir(spec, out_repo),
                         http_port=s.http_port if http_port is None else http_port,
                         grpc_port=s.grpc_port if grpc_port is None else grpc_port,
                         metrics_port=s.metrics_port if metrics_port is None else metrics_port,
-                        host=host or getattr(s, "host", None) or "127.0.0.1", **kwargs)
+                        host=host or "127.0.0.1", **kwargs)
 
 
 def _ours(state: dict[str, Any] | None) -> bool:

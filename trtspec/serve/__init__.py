@@ -100,6 +100,7 @@ def start_background(spec: Spec, **kwargs: Any) -> dict[str, Any]:
                              f"gRPC {old.get('grpc_url')})", hint="stop it with `trtspec serve --stop`")
         cleaned = _clean(old, work_dir=True)
         path.unlink(missing_ok=True)
+    state_dir().mkdir(parents=True, exist_ok=True, mode=0o700)  # (before the work dir in it)
     work = state_dir() / f"serve-{spec.name}"
     if work.exists():
         shutil.rmtree(work, ignore_errors=True)

@@ -31,7 +31,8 @@ def test_the_whole_repository_loads(e2e):
 
     client = grpcclient.InferenceServerClient(e2e.server.grpc_url)
     try:
-        models = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+        index = client.get_model_repository_index(headers=e2e.server.admin_headers("grpc"), as_json=True)
+        models = {m["name"]: m for m in index["models"]}
         assert len(models) == 2 + 2 * len(METHODS)
         for name, model in models.items():
             assert model.get("state") == "READY", (name, model)

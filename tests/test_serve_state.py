@@ -54,6 +54,31 @@ def test_stop_never_signals_a_process_that_is_not_the_recorded_server(state_dir,
     assert not state_path(NAME).exists()
 
 
+def test_stop_after_the_server_died_cleans_its_stubs_and_shared_memory(state_dir):
+    """kill -9 of the server: --stop finds nothing to signal but removes what it left."""
+    import sys
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    prefix = "trtspec_1_0badc0de_"
+    stub = subprocess.Popen(["bash", "-c", 'exec -a /x/triton_python_backend_stub "$0" -c "import time; '
+                             'time.sleep(600)" model.py "$1"', sys.executable, f"{prefix}region"])
+    shm = f"/dev/shm/{prefix}region"
+    open(shm, "wb").close()
+    try:
+        _record(dead.pid, start_time=1, cmdline=["tritonserver"])
+        result = CliRunner().invoke(main, ["serve", "-c", str(SPEC), "--stop"])
+        assert result.exit_code == 0, result.output
+        assert "was not running" in result.output and "cleaned up 1 stub process(es), 1 shared-memory file(s)" \
+            in result.output
+        stub.wait(timeout=10)
+        assert not os.path.exists(shm) and not state_path(NAME).exists()
+    finally:
+        stub.kill()
+        if os.path.exists(shm):
+            os.unlink(shm)
+
+
 def test_the_state_file_is_private_and_written_whole(state_dir):
     path = write_state(state_path(NAME), {"pid": 1, "admin_key": "k" * 32})
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700

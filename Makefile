@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.trtspec-installed
 
-.PHONY: install demo test test-all bench lint clean
+.PHONY: install demo test test-all bench soak catalogue lint clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,17 @@ test-all: install
 
 bench: install
 	$(BIN)/python bench/bench_local.py
+
+# Not part of `make test` (a lighter soak is): SOAK_ARGS="--clients 16 --duration 120" by default.
+soak: install
+	$(BIN)/python bench/soak.py $(SOAK_ARGS)
+
+# Re-run the bad-input catalogue capturing its real messages, then regenerate docs/errors.md from it.
+catalogue: install
+	rm -f tests/catalogue/samples.json
+	TRTSPEC_CATALOGUE_CAPTURE=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/catalogue || true
+	$(BIN)/python -m tests.catalogue.render
+	$(BIN)/python -m pytest -q tests/catalogue
 
 clean:
 	rm -rf engines/demo-* model_repository/demo-* .trtspec

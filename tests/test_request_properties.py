@@ -119,8 +119,8 @@ def preprocessing(tiny):
     model.tokenizer, model.add_special_tokens = tiny.tokenizer, True
     model.max_input_len, model.max_output_len = tiny.spec.limits.max_input_len, tiny.spec.limits.max_output_len
     model.max_input_bytes = serving.prompt_byte_limit(model.max_input_len, textio.max_token_bytes(tiny.tokenizer))
-    model.allowed = {"text_input", "max_tokens", "stream", "temperature", "top_k", "top_p", "seed", "end_id",
-                     "stop_words", "num_draft_tokens"}
+    config = preprocessing_config(tiny.spec, ModelNames(), "engine")  # what initialize() reads
+    model.allowed = set(config.parameters["request_inputs"].string_value.split(","))
     return model
 
 

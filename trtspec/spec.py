@@ -14,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError, ValidationInfo
+from pydantic_core import PydanticCustomError
 
 from trtspec.errors import SpecError
 from trtspec.names import NAME_RULE, RESERVED_MODEL_NAMES, PathName
@@ -33,13 +34,43 @@ MAX_DRAFT_TOKENS = 64
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    """Strict types: TOML already gives ints, floats, bools and strings, so a value of another type is a mistake
+    (lax mode would take `true` as 1 and `"4"` as 4). Strict pydantic still takes an int for a float field."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True)
+
+
+def _checkpoint_path(value: Any, info: ValidationInfo) -> Any:
+    """A checkpoint path as written in the spec: no NUL byte, `~` / `~user` expanded and a relative path
+    resolved against the spec's folder (the validation context's `base`; none: kept as written). Failures
+    are problems of the key, never an exception out of the parser."""
+    if not isinstance(value, (str, Path)):
+        return value  # the Path validator names the wrong type
+    text = str(value)
+    if "\0" in text:
+        raise PydanticCustomError("path_nul", "contains a NUL byte")
+    base = (info.context or {}).get("base")
+    if base is None:
+        return value
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:  # '~user' of an unknown user (or no home directory at all)
+        raise PydanticCustomError("path_home", "cannot expand {user}: no such user or home directory",
+                                  {"user": text.split("/", 1)[0]}) from None
+    try:
+        return path if path.is_absolute() else (Path(base) / path).resolve()
+    except (OSError, RuntimeError) as exc:  # e.g. a symlink loop
+        raise PydanticCustomError("path_resolve", "cannot resolve the path: {why}", {"why": str(exc)}) from None
+
+
+# A checkpoint dir given as a string (lax: TOML has no path type).
+CheckpointPath = Annotated[Path, Strict(False), BeforeValidator(_checkpoint_path)]
 
 
 class ModelSection(_Strict):
     name: PathName = Field("model", description="deployment name: engines/<name>/, model_repository/<name>/")
-    target: Path = Field(description="target checkpoint dir (HF format: config.json + safetensors)")
-    tokenizer: Path | None = Field(None, description="tokenizer dir (default: the target dir)")
+    target: CheckpointPath = Field(description="target checkpoint dir (HF format: config.json + safetensors)")
+    tokenizer: CheckpointPath | None = Field(None, description="tokenizer dir (default: the target dir)")
     dtype: DType = Field("float16", description="serving dtype of the weights")
 
 
@@ -58,8 +89,8 @@ class AdaptiveSection(_Strict):
 
 class SpeculativeSection(_Strict):
     method: Method = "draft-model"
-    draft: Path | None = Field(None, description="draft checkpoint dir (method draft-model)")
-    heads: Path | None = Field(None, description="Medusa heads / EAGLE head dir (method medusa, eagle)")
+    draft: CheckpointPath | None = Field(None, description="draft checkpoint dir (method draft-model)")
+    heads: CheckpointPath | None = Field(None, description="Medusa heads / EAGLE head dir (method medusa, eagle)")
     num_draft_tokens: int = Field(4, ge=1, le=MAX_DRAFT_TOKENS, description="K: max draft tokens per step")
     choices: list[list[int]] | None = Field(None, description="tree of top-i paths (medusa, eagle)")
     lookahead: LookaheadSection = LookaheadSection()
@@ -123,7 +154,7 @@ class Spec(_Strict):
     serving: ServingSection = ServingSection()
 
     # Where the spec came from; relative paths were resolved against its folder.
-    source: Path | None = Field(None, exclude=True)
+    source: Path | None = Field(None, exclude=True, strict=False)
 
     @property
     def name(self) -> str:
@@ -170,17 +201,20 @@ _FIXES = {
     "greater_than_equal": "use a larger value",
     "greater_than": "use a larger value",
     "int_parsing": "write a whole number without quotes",
-    "int_type": "write a whole number without quotes",
+    "int_type": "write a whole number: no quotes, no decimal point, not true/false",
     "float_parsing": "write a number without quotes",
+    "float_type": "write a number without quotes",
     "bool_parsing": "write true or false",
     "bool_type": "write true or false",
     "string_type": "write a quoted string",
     "list_type": "write a list, e.g. [[0], [0, 0]]",
     "string_pattern_mismatch": "use letters, digits, '_', '-' and '.' only",
     "path_name": f"use {NAME_RULE}",
+    "path_type": "write the path as a quoted string",
+    "path_nul": "remove the NUL byte (\\u0000) from the path",
+    "path_home": "write the path in full, or with ~/ for your own home directory",
+    "path_resolve": "point it at a directory that exists",
 }
-
-_PATH_KEYS = [("model", "target"), ("model", "tokenizer"), ("speculative", "draft"), ("speculative", "heads")]
 
 
 def _structure_problems(exc: ValidationError) -> list[Problem]:
@@ -315,22 +349,12 @@ def check_heads_depth(spec: Spec, num_heads: int) -> list[Problem]:
     return []
 
 
-def _resolve_paths(data: dict[str, Any], base: Path) -> None:
-    for section, key in _PATH_KEYS:
-        sec = data.get(section)
-        if isinstance(sec, dict) and isinstance(sec.get(key), str):
-            path = Path(sec[key]).expanduser()
-            sec[key] = str(path if path.is_absolute() else (base / path).resolve())
-
-
 def spec_from_dict(data: dict[str, Any], base: Path | None = None, source: Path | None = None) -> Spec:
-    """Validate a spec given as a dict (already parsed TOML). Raises SpecError listing every problem."""
-    data = _deepcopy(data)
-    if base is not None:
-        _resolve_paths(data, base)
+    """Validate a spec given as a dict (already parsed TOML); relative checkpoint paths resolve against `base`
+    (none: kept as written). Raises SpecError listing every problem."""
     where = f" in {source}" if source else ""
     try:
-        spec = Spec.model_validate({**data, "source": source})
+        spec = Spec.model_validate({**data, "source": source}, context={"base": base})
     except ValidationError as exc:
         problems = _structure_problems(exc)
         raise _spec_error(problems, where) from None
@@ -346,14 +370,6 @@ def _spec_error(problems: list[Problem], where: str) -> SpecError:
     message = f"{first}{where}{more}"
     return SpecError(message, hint="`trtspec check` lists every problem; `trtspec init` writes a valid example",
                      problems=[str(p) for p in problems])
-
-
-def _deepcopy(obj):
-    if isinstance(obj, dict):
-        return {k: _deepcopy(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_deepcopy(v) for v in obj]
-    return obj
 
 
 def load_spec(path: str | Path = DEFAULT_SPEC) -> Spec:

@@ -66,11 +66,14 @@ class LlamaShape:
 
 def read_json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConvertError(f"{path} not found", hint="point the spec at an HF-format checkpoint dir") from None
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: json.JSONDecodeError and UnicodeDecodeError
         raise ConvertError(f"{path}: cannot read JSON: {exc}", hint="re-export the checkpoint") from None
+    if not isinstance(data, dict):  # every caller indexes it as an object
+        raise ConvertError(f"{path}: not a JSON object", hint="re-export the checkpoint")
+    return data
 
 
 def _rope(cfg: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:

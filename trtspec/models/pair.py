@@ -23,14 +23,33 @@ TOKENIZER_FILES = ("tokenizer.json",)
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM",)
 
 
+def read_json_object(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object in `path` (a checkpoint's config.json, tokenizer.json ...); a ModelError naming the file
+    when it is not UTF-8, not JSON or not an object (callers index it as a dict)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ModelError(f"{path}: not UTF-8 text", hint=f"re-export the {what} (JSON files are UTF-8)") from None
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{path}: invalid JSON: {exc}", hint=f"re-export the {what}") from None
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read it ({exc.strerror or exc})",
+                         hint="check the file's permissions") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"{path}: holds a JSON {_json_type(data)}, not an object",
+                         hint=f"re-export the {what}: it must be one JSON object {{...}}")
+    return data
+
+
+def _json_type(value: Any) -> str:
+    return {list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
+
+
 def read_config(ckpt: Path) -> dict[str, Any]:
     path = Path(ckpt) / "config.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelError(f"no config.json in {ckpt}", hint="point the spec at a Hugging Face checkpoint dir") from None
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"{path}: invalid JSON: {exc}", hint="re-export the checkpoint") from None
+    if not path.is_file():
+        raise ModelError(f"no config.json in {ckpt}", hint="point the spec at a Hugging Face checkpoint dir")
+    return read_json_object(path, "checkpoint")
 
 
 def tokenizer_fingerprint(tok_dir: Path) -> str | None:
@@ -38,10 +57,13 @@ def tokenizer_fingerprint(tok_dir: Path) -> str | None:
     path = Path(tok_dir) / "tokenizer.json"
     if not path.is_file():
         return None
-    data = json.loads(path.read_text(encoding="utf-8"))
-    model = data.get("model", {})
+    data = read_json_object(path, "tokenizer")
+    model = data.get("model")
+    model = model if isinstance(model, dict) else {}
+    added = data.get("added_tokens")
     essence = {"vocab": model.get("vocab"), "merges": model.get("merges"), "type": model.get("type"),
-               "added": [(t.get("id"), t.get("content")) for t in data.get("added_tokens", [])]}
+               "added": [(t.get("id"), t.get("content")) for t in (added if isinstance(added, list) else [])
+                         if isinstance(t, dict)]}
     return hashlib.sha256(json.dumps(essence, sort_keys=True).encode()).hexdigest()
 
 
@@ -231,13 +253,14 @@ def check_pair(spec: Spec) -> PairReport:
     """Every problem between the spec's target and its drafter (empty list: they fit)."""
     problems: list[Problem] = []
     tgt = read_config(spec.model.target)
-    arch = (tgt.get("architectures") or ["?"])[0]
+    archs = tgt.get("architectures") or ["?"]
+    arch = archs[0] if isinstance(archs, list) else archs
     if arch not in SUPPORTED_ARCHITECTURES:
         problems.append(Problem("model.target", str(spec.model.target), f"architecture {arch} is not supported",
                                 f"use one of {', '.join(SUPPORTED_ARCHITECTURES)}"))
     max_pos = tgt.get("max_position_embeddings")
     need = spec.limits.max_seq_len + spec.speculative.num_draft_tokens
-    if max_pos and need > max_pos:
+    if isinstance(max_pos, int) and max_pos and need > max_pos:
         problems.append(Problem("limits.max_output_len", spec.limits.max_output_len,
                                 f"max_input_len + max_output_len + num_draft_tokens = {need} exceeds the target's "
                                 f"max_position_embeddings ({max_pos})",
@@ -260,7 +283,7 @@ def check_pair(spec: Spec) -> PairReport:
             problems.append(Problem("speculative.draft", str(s.draft), "its tokenizer differs from the target's",
                                     "draft and target must share one tokenizer (same vocab and merges)"))
         dmax = dcfg.get("max_position_embeddings")
-        if dmax and need > dmax:
+        if isinstance(dmax, int) and dmax and need > dmax:
             problems.append(Problem("speculative.draft", str(s.draft),
                                     f"draft max_position_embeddings ({dmax}) < the sequence length needed ({need})",
                                     "lower the limits or use a draft with longer positions"))

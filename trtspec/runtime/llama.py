@@ -108,11 +108,14 @@ class LlamaConfig:
 
 def read_json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ModelError(f"{path}: not found", hint="point the spec at an HF checkpoint directory") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelError(f"{path}: not valid JSON ({exc})") from None
+        raise ModelError(f"{path}: not valid JSON ({exc})", hint="re-export the checkpoint") from None
+    if not isinstance(data, dict):  # every caller indexes it as an object
+        raise ModelError(f"{path}: not a JSON object", hint="re-export the checkpoint")
+    return data
 
 
 def load_safetensors(path: str | Path, filename: str = "model.safetensors") -> dict[str, torch.Tensor]:

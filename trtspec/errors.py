@@ -82,6 +82,14 @@ class GenerationError(TrtspecError):
     exit_code = 6
 
 
+class UsageError(TrtspecError):
+    """The command line itself is wrong: an unknown option or command, a flag value out of its range, a
+    missing argument, options that need each other (exit 64, EX_USAGE: click's own usage errors exit with
+    it too, so that they are told apart from a bad spec, exit 2)."""
+
+    exit_code = 64
+
+
 EXIT_CODES = {
     0: "success",
     1: "unexpected trtspec error",
@@ -90,5 +98,6 @@ EXIT_CODES = {
     4: "conversion, build or repository failure (ConvertError, BuildError, RepositoryError)",
     5: "server start/stop or deploy failure (ServeError, DeployError)",
     6: "request failure (ClientError, GenerationError)",
+    64: "bad command line: unknown option, bad flag value, missing argument (UsageError)",
     130: "interrupted (Ctrl-C)",
 }

@@ -10,11 +10,12 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import NoReturn
 
 import click
 
 from trtspec import __version__
-from trtspec.errors import EXIT_CODES, TrtspecError
+from trtspec.errors import EXIT_CODES, TrtspecError, UsageError
 
 EXIT_CODE_HELP = "\n".join(f"  {code:>3}  {what}" for code, what in EXIT_CODES.items())
 
@@ -32,7 +33,16 @@ COMMAND_MODULES = [
 
 
 class TrtspecGroup(click.Group):
-    """A group that turns TrtspecError into `error:`/`hint:` lines and an exit code."""
+    """A group that turns TrtspecError into `error:`/`hint:` lines and an exit code, and click's own usage
+    errors (unknown option or command, a flag value out of range, options that need each other) into the
+    same two lines and UsageError's exit code (64), in every command: click would print a usage block and
+    exit 2, the code of a bad spec."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:  # the group's own options (`trtspec --bogus`), or no command at all
+            _usage_error(ctx, exc)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -46,12 +56,29 @@ class TrtspecGroup(click.Group):
             if exc.hint:
                 click.echo(f"hint: {exc.hint}", err=True)
             ctx.exit(exc.exit_code)
+        except click.UsageError as exc:  # a command's options, or a command that raised one
+            _usage_error(ctx, exc)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
 
 
+def _usage_error(ctx: click.Context, exc: click.UsageError) -> NoReturn:
+    """`error: <click's message>` + `hint: <command> --help`, exit 64. A bare `trtspec` shows the help."""
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):
+        exc.show()
+    else:
+        if exc.ctx is not None:
+            command = exc.ctx.command_path
+        else:
+            command = " ".join(filter(None, [ctx.command_path, ctx.invoked_subcommand]))
+        click.secho(f"error: {' '.join(exc.format_message().split())}", fg="red", err=True)
+        click.echo(f"hint: `{command} --help` shows the usage and every option", err=True)
+    ctx.exit(UsageError.exit_code)
+
+
 @click.group(
+    "trtspec",
     cls=TrtspecGroup,
     context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "TRTSPEC"},
     epilog=f"Exit codes:\n\n\b\n{EXIT_CODE_HELP}",

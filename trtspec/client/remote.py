@@ -152,7 +152,8 @@ def use_tls(url: str, options: GrpcOptions | None) -> tuple[str, bool]:
                           hint="use grpcs://HOST:PORT (or a bare HOST:PORT) for TLS, or drop --ssl/--root-certs")
     tls = scheme in TLS_SCHEMES or wants
     if bool(options.private_key) != bool(options.certificate_chain):
-        raise ClientError("mutual TLS needs both --private-key and --certificate-chain")
+        raise ClientError("mutual TLS needs both --private-key and --certificate-chain",
+                          hint="pass the client's certificate chain (PEM) with its key, or neither for one-way TLS")
     for what, path in (("root certificates", options.root_certs), ("private key", options.private_key),
                        ("certificate chain", options.certificate_chain)):
         if path and not Path(path).is_file():
@@ -180,12 +181,13 @@ def grpc_client(url: str, options: GrpcOptions | None = None):
 
 
 def resolve_url(url: str | None, config: str | None = None) -> str:
-    """`url` if given (its scheme kept: grpcs:// stays TLS), else the gRPC endpoint of the server
+    """`url` if given (its scheme kept: grpcs:// stays TLS, and an explicit grpc:// stays plaintext, so that
+    `use_tls` refuses it with --ssl rather than trying TLS), else the gRPC endpoint of the server
     `trtspec serve` started for the spec at `config` (grpcs:// when it serves TLS), else localhost and
     the spec's serving.grpc_port."""
     if url:
         scheme, hostport = parse_url(url)
-        return f"{scheme}://{hostport}" if scheme in TLS_SCHEMES else hostport
+        return f"{scheme}://{hostport}" if scheme else hostport
     from trtspec.serve.state import read_state, state_path
     from trtspec.spec import load_spec
 
@@ -219,6 +221,19 @@ def _connection_error(url: str, exc: Exception, tls: bool = False) -> ClientErro
                                 + ("a plaintext server needs a plain HOST:PORT" if tls
                                    else "a TLS server needs grpcs://HOST:PORT or --ssl"))
     return ClientError(f"Triton at {url}: {text}")
+
+
+def _server_error(error: Exception) -> ClientError:
+    """A request the server answered with an error: the server's one line, and what to do about it."""
+    text = _message(error)
+    if "internal error" in text or "generation failed" in text:
+        hint = "not the request's fault: the server's log has the traceback (`trtspec serve` prints its path)"
+    elif "shutting down" in text:
+        hint = "the server is stopping (drain or unload): retry once it serves again"
+    else:
+        hint = ("the server refused the request as sent: change what the message names (the deployment's "
+                "limits are its spec's [limits]; `trtspec generate --help` lists the request flags)")
+    return ClientError(f"server error: {text}", hint=hint)
 
 
 def _inputs(prompt: str, max_tokens: int, stream: bool, temperature: float, top_k: int, top_p: float,
@@ -314,7 +329,7 @@ def generate_remote(
             if error is not None:
                 if count == 0 and tls:  # a TLS failure shows up as the stream's first error
                     raise _connection_error(url, error, tls)
-                raise ClientError(f"server error: {_message(error)}")
+                raise _server_error(error)
             count += 1
             text_out = None
             try:

@@ -7,8 +7,8 @@ ends (IS_FINAL). With stop strings (STOP_WORDS) a tail that may grow into one is
 and the final text loses its last STOP_TRIM characters (the stop string and what follows, as the
 engine trims them). See trtspec/repository/textio.py.
 The speculative-decoding counters pass through unchanged (one ensemble response per step).
-Inputs are checked (ids in 0..vocab-1, lengths within the ids, one row per request), so a direct call
-with bad ids gets a one-line error, never a tokenizer traceback.
+Inputs are checked (at least one id, ids in 0..vocab-1, lengths within the ids, one row per request), so a
+direct call with bad ids gets a one-line error, never a tokenizer traceback.
 """
 
 
@@ -56,6 +56,10 @@ class TritonPythonModel:
         stop = _input(request, "STOP_WORDS")               # [batch, n]
         if tokens.ndim != 3:
             raise serving.RequestError(f"input 'TOKENS_BATCH' must be [batch, beam, n], got {list(tokens.shape)}")
+        if 0 in tokens.shape:  # legal for its dims [-1, -1], but there is no first beam to read (the generation
+            # model sends at least one id per response)
+            raise serving.RequestError(f"input 'TOKENS_BATCH' of shape {list(tokens.shape)} holds no ids: "
+                                       "send at least one beam of at least one id per request")
         batch = tokens.shape[0]
         serving.check_ids(tokens, "TOKENS_BATCH", self.vocab)
         serving.check_ids(context, "CONTEXT_IDS", self.vocab)

@@ -92,3 +92,14 @@ def test_sharded_and_unreadable_weights(family):
     (target / "model.safetensors").write_bytes(b"\xff" * 16)  # a header length far past the end of the file
     problems = _problems(family, "lookahead")
     assert len(problems) == 1 and "not a readable safetensors file" in problems[0]
+
+
+def test_check_shows_a_broken_files_own_hint(family):
+    """A config.json that is not JSON is a model problem whose hint says what to do with the file, not the
+    generic 'fix the keys named above'."""
+    (family / "target" / "config.json").write_text("{not json")
+    spec_path = write_spec(family, "draft-model")
+    result = CliRunner().invoke(main, ["check", "-c", str(spec_path)])
+    assert result.exit_code == 3, result.output
+    hint = [line for line in result.output.splitlines() if line.startswith("hint:")]
+    assert hint and "fix the keys named above" not in hint[0], result.output

@@ -115,3 +115,21 @@ def test_binding_elsewhere_or_opening_model_control_is_warned_and_bad_values_ref
 def test_stop_without_a_recorded_server(state_dir):
     result = CliRunner().invoke(main, ["serve", "-c", str(SPEC), "--stop", "--json"])
     assert result.exit_code == 0 and json.loads(result.output) == {"stopped": False, "outcome": None, "state": None}
+
+
+def test_foreground_serve_beside_a_running_background_server_is_a_serve_error(tmp_path, monkeypatch):
+    """A second `serve --foreground` for a deployment whose background server runs exits 5 (a serve problem)
+    with one error line and a hint, not click's usage block."""
+    from click.testing import CliRunner
+
+    from trtspec.cli import main
+    from trtspec.cli import serve as serve_cli
+
+    spec = tmp_path / "s.toml"
+    (tmp_path / "t").mkdir()
+    spec.write_text('schema = 1\n[model]\nname = "m"\ntarget = "t"\n[speculative]\nmethod = "none"\n')
+    monkeypatch.setattr("trtspec.serve.running_state", lambda name: {"pid": 1, "grpc_url": "x"})
+    result = CliRunner().invoke(main, ["serve", "-c", str(spec), "--foreground"])
+    assert result.exit_code == 5, result.output
+    assert "error: a background server for 'm' is running" in result.output
+    assert "hint:" in result.output

@@ -20,19 +20,20 @@ class CheckReport:
     # The class of the first problem: `trtspec check` exits with its code, as `build` would (the spec: 2,
     # the models and their pair: 3, built engines: 4).
     error: type[TrtspecError] | None = None
+    hint: str | None = None  # the first problem's own hint, when it came with one (a broken file, ...)
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
-    def add(self, error: type[TrtspecError], problems: list[str]) -> None:
+    def add(self, error: type[TrtspecError], problems: list[str], hint: str | None = None) -> None:
         if problems and self.error is None:
-            self.error = error
+            self.error, self.hint = error, hint
         self.problems.extend(problems)
 
     def exception(self) -> TrtspecError:
         """The error `trtspec check` raises for these problems (first one in the message, all listed)."""
-        hint = "fix the keys named above, then re-run `trtspec check`"
+        hint = self.hint or "fix the keys named above, then re-run `trtspec check`"
         exc = (self.error or SpecError)(self.problems[0], hint=hint)
         exc.problems = list(self.problems)  # the CLI prints every one
         return exc
@@ -71,7 +72,7 @@ def run_check(spec: Spec, models: bool = True, engines: Path | None = Path("engi
         try:
             pair = check_pair(spec)
         except ModelError as exc:
-            report.add(ModelError, [exc.message])
+            report.add(ModelError, [exc.message], exc.hint)
             return report
         report.pair = pair.to_dict()
         report.add(PairError, [str(p) for p in pair.problems])

@@ -125,7 +125,8 @@ def serve(config, grpc_port, http_port, metrics_port, host, admin_key, open_mode
         click.echo(f"stop with: trtspec serve -c {config} --stop")
         return
     if running_state(spec.name):
-        raise click.UsageError(f"a background server for {spec.name!r} is running; stop it with --stop first")
+        raise ServeError(f"a background server for {spec.name!r} is running",
+                         hint=f"stop it with `trtspec serve -c {config} --stop` first")
     server = server_for_spec(spec, out_repo=out_repo, ready_timeout=timeout, **kwargs)
     stop_event = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
@@ -141,7 +142,8 @@ def serve(config, grpc_port, http_port, metrics_port, host, admin_key, open_mode
                 click.echo(line)
         while not stop_event.wait(0.5):
             if not server.is_running():
-                raise click.ClickException(f"tritonserver exited; {server.failure_report()}")
+                raise ServeError(f"tritonserver exited; {server.failure_report()}",
+                                 hint=f"full log: {server.log_path}")
     except KeyboardInterrupt:
         pass
     finally:

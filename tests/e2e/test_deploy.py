@@ -1,10 +1,12 @@
 """`trtspec deploy` against a real Triton server started here in explicit model-control mode on an
-empty repository directory: a deploy that loads and passes its smoke test, a broken redeploy that
-rolls back to the previous deployment, and one-line preflight errors."""
+empty repository directory (the demo draft-model deployment): a first deploy that loads and passes
+its smoke test, a broken `--no-candidate` redeploy that rolls back to the previous deployment, one
+deploy at a time, and one-line preflight errors. Deploys under traffic: test_deploy_traffic.py."""
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -12,16 +14,18 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.support import DEMO, demo_ready
 from trtspec.build import BuildOptions, build
 from trtspec.cli import main
 from trtspec.client import generate_remote
 from trtspec.errors import DeployError
 from trtspec.serve import TritonServer, free_port
-from trtspec.serve.deploy import BACKUP_PREFIX, STAGE_PREFIX, deploy_spec, resolve_grpc_url
+from trtspec.serve.deploy import (BACKUP_PREFIX, CANDIDATE_SUFFIX, LOCK_FILE, REVISION_PARAM, STAGE_PREFIX,
+                                  deploy_spec, resolve_grpc_url)
 
 pytestmark = pytest.mark.e2e
-METHOD = "draft-model"
 TOKENS = 24
+PROMPT = "def fibonacci(n):\n    "
 
 
 @dataclasses.dataclass
@@ -49,29 +53,40 @@ def _models_ready(url: str, models: list[str]) -> bool:
         client.close()
 
 
+def _cli(spec, server: TritonServer, repo: Path, out: Path, *extra: str):
+    return CliRunner().invoke(main, [
+        "deploy", "-c", str(spec.source), "--url", server.http_url, "--grpc-url", server.grpc_url,
+        "--server-repo", str(repo), "--repo", str(out / "model_repository"), "--engines", str(out / "engines"),
+        "--smoke-prompt", PROMPT, "--smoke-tokens", str(TOKENS), "--admin-key", server.admin_key, *extra])
+
+
 @pytest.fixture(scope="module")
-def target(e2e, tmp_path_factory):
+def target(tmp_path_factory):
     """A fresh explicit-mode server on an empty repository, and the first deploy done with the CLI."""
+    from trtspec.spec import load_spec
+
+    if not demo_ready("target", "draft"):
+        pytest.skip("demo family not trained yet")
     root = tmp_path_factory.mktemp("deploy")
-    spec = e2e.deployments[METHOD].spec
+    spec = load_spec(DEMO / "draft-model.toml")
     out = _build(spec, root / "first")
     repo = root / "server_repo"
     repo.mkdir()
     server = TritonServer(repo, load_models=(), ready_timeout=120, work_dir=root / "work")
     server.start()
     try:
-        result = CliRunner().invoke(main, [
-            "deploy", "-c", str(spec.source), "--url", server.http_url, "--grpc-url", server.grpc_url,
-            "--server-repo", str(repo), "--repo", str(out / "model_repository"), "--engines", str(out / "engines"),
-            "--smoke-prompt", e2e.prompts[0], "--smoke-tokens", str(TOKENS), "--admin-key", server.admin_key, "--json"])
+        result = _cli(spec, server, repo, out, "--json")
         assert result.exit_code == 0, result.output
-        yield Target(server, repo, spec, out, e2e.prompts[0], json.loads(result.output))
+        yield Target(server, repo, spec, out, PROMPT, json.loads(result.output))
     finally:
         code = server.stop()
     assert code == 0, f"tritonserver did not shut down cleanly: {server.failure_report()}"
 
 
-def test_deploy_loads_and_smoke_tests_the_build(target, e2e):
+def test_deploy_loads_and_smoke_tests_the_build(target):
+    from trtspec.repository.serving import load_engine_spec
+    from trtspec.runtime import SamplingParams, SpecEngine
+
     out, spec = target.cli_output, target.spec
     ensemble = spec.serving.ensemble_name
     assert out["models"][0] == ensemble and len(out["models"]) == 4
@@ -80,18 +95,23 @@ def test_deploy_loads_and_smoke_tests_the_build(target, e2e):
     assert smoke["identical"] and smoke["text"] and smoke["text"] == smoke["text_plain"]
     assert smoke["new_tokens"] == TOKENS and smoke["ttft_seconds"] > 0
     assert out["backup"] is None and out["replaced"] == []  # the repository was empty
+    assert out["strategy"] == "in place"  # nothing served: no candidate needed
     # the engines travelled with the models, and the models find them through a relative parameter
     assert (target.repo / ".trtspec-engines" / spec.name / "trtspec.lock.json").is_file()
-    assert 'string_value: ".trtspec-engines/' in (target.repo / "tensorrt_llm" / "config.pbtxt").read_text()
+    config = (target.repo / "tensorrt_llm" / "config.pbtxt").read_text()
+    assert 'string_value: ".trtspec-engines/' in config and REVISION_PARAM in config
     assert not list(target.repo.glob(f"{STAGE_PREFIX}*"))
-    # served text = the same weights served by the session's shared server
+    # served text = plain greedy decoding of the deployed weights, in process
     served = generate_remote(target.server.grpc_url, target.prompt, max_tokens=TOKENS, model=ensemble).text
-    shared = generate_remote(e2e.server.grpc_url, target.prompt, max_tokens=TOKENS,
-                             model=e2e.deployments[METHOD].ensemble).text
-    assert served == smoke["text"] == shared
+    engine = SpecEngine.from_spec(load_engine_spec(target.repo / ".trtspec-engines" / spec.name))
+    try:
+        local = engine.generate(target.prompt, SamplingParams(max_new_tokens=TOKENS, num_draft_tokens=0)).text
+    finally:
+        engine.close()
+    assert served == smoke["text"] == local
 
 
-def test_a_broken_redeploy_rolls_back_to_the_previous_deployment(target, tmp_path):
+def test_a_broken_redeploy_in_place_rolls_back_to_the_previous_deployment(target, tmp_path):
     spec, server = target.spec, target.server
     ensemble = spec.serving.ensemble_name
     before = generate_remote(server.grpc_url, target.prompt, max_tokens=TOKENS, model=ensemble).text
@@ -99,21 +119,39 @@ def test_a_broken_redeploy_rolls_back_to_the_previous_deployment(target, tmp_pat
     broken = _build(spec, tmp_path / "second")
     model_py = broken / "model_repository" / spec.name / "tensorrt_llm" / "1" / "model.py"
     model_py.write_text(model_py.read_text() + "\nraise RuntimeError('broken-build-7')\n")
+    # what a deploy killed mid-way leaves behind: the next one clears it
+    stale = [target.repo / f"{STAGE_PREFIX}dead", target.repo / f"tensorrt_llm{CANDIDATE_SUFFIX}"]
+    for path in stale:
+        (path / "1").mkdir(parents=True)
 
-    with pytest.raises(DeployError) as info:
-        deploy_spec(spec, server.http_url, target.repo, grpc_url=server.grpc_url, smoke_prompt=target.prompt,
-                    smoke_tokens=TOKENS, out_repo=broken / "model_repository", out_engines=broken / "engines",
-                    admin_key=server.admin_key)
-    message = info.value.message
-    assert "failed at the load" in message and "broken-build-7" in message and "rolled back" in message
-    assert "\n" not in message and " At: " not in message  # one line, no Python traceback
-    assert info.value.exit_code == 5
+    result = _cli(spec, server, target.repo, broken, "--no-candidate")
+    assert result.exit_code == DeployError.exit_code, result.output
+    error, hint = result.output.splitlines()  # one line each, no Python traceback
+    assert error.startswith("error: ") and hint.startswith("hint: ") and " At: " not in error
+    assert "failed at the load" in error and "broken-build-7" in error and "rolled back" in error
     # the previous files are back, the backup is consumed, nothing staged is left over
     assert (target.repo / "tensorrt_llm" / "1" / "model.py").read_bytes() == good_source
     assert not list(target.repo.glob(f"{BACKUP_PREFIX}*")) and not list(target.repo.glob(f"{STAGE_PREFIX}*"))
+    assert not any(path.exists() for path in stale)
     # and the previous deployment serves the same output again
     assert _models_ready(server.http_url, target.cli_output["models"])
     assert generate_remote(server.grpc_url, target.prompt, max_tokens=TOKENS, model=ensemble).text == before
+
+
+def test_one_deploy_at_a_time(target):
+    spec, server = target.spec, target.server
+    fd = os.open(target.repo / LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another deploy holds the repository
+        with pytest.raises(DeployError, match="another deploy into .* is running") as info:
+            deploy_spec(spec, server.http_url, target.repo, grpc_url=server.grpc_url,
+                        out_repo=target.out / "model_repository", out_engines=target.out / "engines",
+                        admin_key=server.admin_key)
+        assert info.value.exit_code == 5 and "one at a time" in info.value.hint
+    finally:
+        os.close(fd)
+    assert not list(target.repo.glob(f"{STAGE_PREFIX}*"))  # it touched nothing
+    assert _models_ready(server.http_url, target.cli_output["models"])
 
 
 def test_preflight_errors_are_one_line(target, tmp_path):

@@ -1,4 +1,5 @@
-"""`trtspec deploy`: put a built deployment onto a running Triton server, smoke-test it, roll back on failure."""
+"""`trtspec deploy`: put a built deployment onto a running Triton server without an outage (the new
+version is loaded and smoke-tested beside the serving one, then switched to), roll back on failure."""
 
 from __future__ import annotations
 
@@ -27,20 +28,30 @@ from trtspec.cli.options import admin_key_option, config_option, grpc_client_opt
               help="Prompt of the greedy smoke test (with and without speculation; outputs must match).")
 @click.option("--smoke-tokens", default=32, show_default=True, type=click.IntRange(min=1),
               help="Tokens to generate in the smoke test.")
-@click.option("--no-rollback", is_flag=True, help="On failure leave the new files and models as they are.")
+@click.option("--no-rollback", is_flag=True, help="On failure leave the new files and models (or the failed "
+              "candidate) as they are.")
+@click.option("--no-candidate", is_flag=True, help="Replace the serving version in place: unload it, then load the "
+              "new one (requests fail until it is loaded), for a server without memory for a second copy.")
 @click.option("--timeout", default=300.0, show_default=True, type=float,
               help="Seconds for model (un)loading and for each smoke request.")
 @admin_key_option
 @grpc_client_options
 @json_option
 def deploy(config, url, server_repo, grpc_url, out_repo, out_engines, smoke_prompt, smoke_tokens, no_rollback,
-           timeout, admin_key, as_json, grpc_options) -> None:
-    """Deploy the spec's build (`trtspec build`) onto an already running Triton server.
+           no_candidate, timeout, admin_key, as_json, grpc_options) -> None:
+    """Deploy the spec's build (`trtspec build`) onto an already running Triton server, without an outage.
 
-    Copies model_repository/<name>/ and engines/<name>/ into --server-repo (the previous versions go to
-    a .trtspec-backup-<time>/ dir there), unloads the deployment's models, loads its ensemble, then
-    runs a greedy smoke request over gRPC with and without speculation (outputs must be identical).
-    On failure it restores the backup and reloads the previous models (unless --no-rollback); exit 5.
+    Copies model_repository/<name>/ and engines/<name>/ into --server-repo. While the deployment
+    serves, the new version is loaded beside it under candidate names (<model>__trtspec_next) and
+    smoke-tested over gRPC: a greedy request with and without speculation, outputs identical. Then
+    the candidate is unloaded and the serving models switch to the new files (Triton loads each new
+    instance beside the old one, which finishes its requests); the previous files go to a
+    .trtspec-backup-<time>/ dir there. A failed candidate is removed without touching the serving
+    version; a failed switch restores the backup (unless --no-rollback); exit 5.
+
+    Memory: the generation model is loaded twice during a deploy (the serving and the new version).
+    --no-candidate (and a first deploy) unloads the deployment first instead: one copy, but requests
+    fail until the new version is loaded.
 
     Model control needs the server's admin key (header trtspec-admin-key): --admin-key /
     $TRTSPEC_ADMIN_KEY, by default the key `trtspec serve` recorded for the server on that port.
@@ -52,13 +63,16 @@ def deploy(config, url, server_repo, grpc_url, out_repo, out_engines, smoke_prom
 
     spec = load_spec(config)
     result = deploy_spec(spec, url, server_repo, grpc_url=grpc_url, smoke_prompt=smoke_prompt,
-                         smoke_tokens=smoke_tokens, rollback=not no_rollback, out_repo=out_repo,
-                         out_engines=out_engines, timeout=timeout, admin_key=admin_key or admin_key_for(url),
-                         grpc_options=grpc_options)
+                         smoke_tokens=smoke_tokens, rollback=not no_rollback, candidate=not no_candidate,
+                         out_repo=out_repo, out_engines=out_engines, timeout=timeout,
+                         admin_key=admin_key or admin_key_for(url), grpc_options=grpc_options)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
         return
-    click.echo(f"deployed {spec.name!r} to {result.url} in {result.seconds:.1f}s: {', '.join(result.models)} ready")
+    how = ("smoke-tested beside the serving version, then switched to" if result.strategy == "candidate"
+           else "loaded in place")
+    click.echo(f"deployed {spec.name!r} to {result.url} in {result.seconds:.1f}s ({how}): "
+               f"{', '.join(result.models)} ready")
     s = result.smoke
     if s is not None:
         ttft = f"{s.ttft_seconds * 1000:.0f} ms" if s.ttft_seconds is not None else "n/a"

@@ -1,22 +1,38 @@
 """Deploy a built torch-runtime deployment onto an already running Triton server (explicit
-model-control mode), smoke-test it, and roll back on failure.
+model-control mode) without an outage: load the new version beside the serving one, smoke-test it,
+switch, and roll back on failure.
 
     deploy_spec(spec, "localhost:8000", "/srv/model_repository", grpc_url="localhost:8001")
 
 1. Preflight: the build (`model_repository/<name>/` + `engines/<name>/` with a readable lock) exists,
-   the server at `url` (HTTP) is live and ready, the gRPC endpoint for the smoke test is known.
-2. Stage: the build's model dirs and its engine dir are copied into a temp dir inside `server_repo`
-   (the directory the server reads its models from); the engine dir goes to
-   `<server_repo>/.trtspec-engines/<name>/` and every model's `engine_dir` parameter is rewritten to
-   that relative path (it resolves against the repository root, so a mounted volume works). Then each
-   dir is swapped in with a rename; what was there before moves to `<server_repo>/.trtspec-backup-<ts>/`.
-3. Load: the deployment's models are unloaded if loaded (Triton ignores a load of new files with an
-   unchanged config), then the ensemble is loaded (Triton loads its steps).
-4. Smoke test over gRPC: one greedy prompt with the deployment's K and with `num_draft_tokens=0`;
-   both must be non-empty and identical (speculation is lossless).
-5. On a failure in 3-4 (unless `rollback=False`): the deployment's models are unloaded, the backup
-   dirs are moved back, the models that were ready before are loaded again and checked ready, and a
-   DeployError says what failed and that it rolled back.
+   the server at `url` (HTTP) is live and ready, the gRPC endpoint for the smoke test is known; then
+   `<server_repo>/.trtspec-deploy.lock` is taken (one deploy per repository at a time: the candidate
+   names below are fixed, so a crashed deploy's leftovers are found and cleared by the next one).
+2. Stage: the build's model dirs and its engine dir are copied into `<server_repo>/.trtspec-stage-<rev>/`
+   (the directory the server reads its models from). Every model's `engine_dir` parameter becomes
+   `.trtspec-engines/<name>` (relative to the repository root, so a mounted volume works) and every
+   config gets the parameter `trtspec_revision = <rev>`, so Triton sees a changed model.
+3. Candidate (the deployment's ensemble is serving): the four models are staged once more under the
+   candidate names `<model>__trtspec_next` (the candidate ensemble's steps are the candidate models,
+   which read the engine from the stage dir), loaded beside the serving version, smoke-tested, and
+   unloaded again, so that no more than two copies of the generation model are ever loaded.
+4. Switch: the staged dirs are renamed in under the serving names (what was there moves to
+   `<server_repo>/.trtspec-backup-<rev>/`, kept) and the generation model, pre/postprocessing and the
+   ensemble are loaded again. Triton 2.51 loads an already loaded model whose files and config changed
+   beside the old instance and switches when the new one is ready; requests in flight on the old one
+   finish there (measured under traffic: no failed request). A failed reload keeps the old instance
+   serving, yet `load_model(ensemble)` reports success even when a step failed to reload, so each step
+   is loaded on its own, then the served configs must all carry the new revision and one greedy
+   request through the serving ensemble must return the candidate's smoke text.
+5. Failure (unless `rollback=False`): before the switch only candidate names were touched: they are
+   unloaded and removed; the serving version never changed. During the switch: the backup moves back
+   and the models are loaded again (again beside the running ones). A DeployError says what failed and
+   what was rolled back.
+
+When nothing of the deployment serves (a first deploy), or with `candidate=False` (for a server
+without memory for a second copy), the models are replaced in place instead: swap the files, unload
+the deployment, load its ensemble, smoke-test the serving names, and on failure restore the backup
+and reload what was ready before. Requests fail while the deployment is unloaded.
 
 Triton 2.51 cannot load an ensemble whose steps were sent with `load_model(files=...)`, so the files
 go through the server's repository directory, never over the API.
@@ -24,22 +40,27 @@ go through the server's repository directory, never over the API.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
 import time
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from trtspec.errors import DeployError, TrtspecError
+from trtspec.names import check_name
 from trtspec.spec import Spec
 
 ENGINES_SUBDIR = ".trtspec-engines"
 BACKUP_PREFIX = ".trtspec-backup-"
 STAGE_PREFIX = ".trtspec-stage-"
+LOCK_FILE = ".trtspec-deploy.lock"
+CANDIDATE_SUFFIX = "__trtspec_next"
+REVISION_PARAM = "trtspec_revision"
 DEFAULT_SMOKE_PROMPT = "def main():\n    "
-ENGINE_DIR_PARAM_MODELS = ("preprocessing", "generation", "postprocessing")
 
 
 @dataclasses.dataclass
@@ -70,6 +91,8 @@ class DeployResult:
     backup: str | None                 # where those previous versions are kept (None: nothing replaced)
     smoke: SmokeResult | None
     seconds: float
+    strategy: str                      # "candidate": beside the serving version; "in place": unload, then load
+    revision: str                      # the trtspec_revision parameter of the deployed configs
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -173,28 +196,77 @@ def _stamp() -> str:
     return time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}-{time.monotonic_ns() % 1_000_000:06d}"
 
 
-def _rewrite_engine_dir(model_dir: Path, engine_param: str) -> None:
+def candidate_name(model: str) -> str:
+    """The name a model of the new version is loaded under beside the serving one (one path component)."""
+    return check_name(f"{model}{CANDIDATE_SUFFIX}", f"candidate name of model {model!r}", DeployError)
+
+
+def _rewrite_config(model_dir: Path, engine_param: str, revision: str, rename: dict[str, str] | None = None) -> None:
+    """Point the model at its engine dir and stamp the revision (a changed config: Triton reloads it);
+    with `rename` (a candidate) the model takes its dir's name and the ensemble's steps are renamed."""
     from trtspec.repository import pbtxt
 
     config = pbtxt.read_config(model_dir / "config.pbtxt")
     if "engine_dir" in config.parameters:
         config.parameters["engine_dir"].string_value = engine_param
-        pbtxt.write_config(model_dir, config)
+    config.parameters[REVISION_PARAM].string_value = revision
+    if rename:
+        config.name = model_dir.name
+        for step in config.ensemble_scheduling.step:
+            step.model_name = rename.get(step.model_name, step.model_name)
+    pbtxt.write_config(model_dir, config)
 
 
-def _stage(repo_dir: Path, engine_dir: Path, models: list[str], server_repo: Path, name: str) -> tuple[Path, list[str]]:
-    """Copy the build into a temp dir inside server_repo; returns it and the relative paths staged."""
-    stage = server_repo / f"{STAGE_PREFIX}{_stamp()}"
+@dataclasses.dataclass
+class _Stage:
+    path: Path                         # <server_repo>/.trtspec-stage-<rev>/
+    items: list[str]                   # what goes in under the serving names (model dirs, then the engine dir)
+    candidates: list[str]              # candidate model dirs (empty: in place), ensemble first
+
+
+def _stage(repo_dir: Path, engine_dir: Path, models: list[str], server_repo: Path, name: str, revision: str,
+           candidates: bool) -> _Stage:
+    """Copy the build into a temp dir inside server_repo (and its candidate models, when asked)."""
+    stage = server_repo / f"{STAGE_PREFIX}{revision}"
     engine_rel = f"{ENGINES_SUBDIR}/{name}"
+    rename = {m: candidate_name(m) for m in models} if candidates else {}
     try:
         for model in models:
             shutil.copytree(repo_dir / model, stage / model)
-            _rewrite_engine_dir(stage / model, engine_rel)
+            _rewrite_config(stage / model, engine_rel, revision)
+            if candidates:
+                shutil.copytree(repo_dir / model, stage / rename[model])
+                _rewrite_config(stage / rename[model], f"{stage.name}/{engine_rel}", revision, rename)
         shutil.copytree(engine_dir, stage / engine_rel)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
-    return stage, models + [engine_rel]
+    return _Stage(stage, models + [engine_rel], [rename[m] for m in models] if candidates else [])
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _deploy_lock(server_repo: Path) -> Iterator[None]:
+    """One deploy per server repository at a time (flock; released when the process dies)."""
+    import fcntl
+
+    fd = os.open(server_repo / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise DeployError(f"another deploy into {server_repo} is running (it holds {LOCK_FILE})",
+                              hint="wait for it to finish: deploys to one server repository run one at a time"
+                              ) from None
+        yield
+    finally:
+        os.close(fd)
 
 
 @dataclasses.dataclass
@@ -272,6 +344,12 @@ def _ready(client, models: list[str]) -> list[str]:
     return out
 
 
+def _revision(client, model: str) -> str | None:
+    """The trtspec_revision of the config `model` is served with (None: no such parameter)."""
+    params = client.get_model_config(model).get("parameters") or {}
+    return (params.get(REVISION_PARAM) or {}).get("string_value")
+
+
 def _unload(client, models: list[str], timeout: float) -> None:
     """Unload the models that are loaded (or loading) and wait until none is READY or UNLOADING."""
     state = _index(client)
@@ -304,6 +382,62 @@ def _load(client, ensemble: str, models: list[str], url: str) -> list[str]:
     return models
 
 
+def _reload(client, models: list[str], expected: dict[str, str | None], url: str, step: str) -> None:
+    """Load the deployment again so that every model serves the config revision `expected[model]`.
+
+    One load of the ensemble (`models[0]`) makes Triton reload its changed steps together, each beside
+    its running instance, switching each when its new one is ready. It reports success even when a step
+    failed to reload (that step keeps its old instance), so a step still at another revision is then
+    loaded on its own, which fails with that step's error."""
+    def stale() -> list[str]:
+        return [m for m in models if m not in _ready(client, [m]) or _revision(client, m) != expected.get(m)]
+
+    def load(model: str) -> None:
+        try:
+            client.load_model(model)
+        except Exception as exc:  # noqa: BLE001
+            raise _StepFailed(step, f"reloading {model!r} on {url} failed: {_message(exc)}") from None
+
+    load(models[0])
+    left = stale()
+    for m in left:
+        load(m)
+    left = left and stale()
+    if left:
+        raise _StepFailed(step, f"model(s) {', '.join(left)} do not serve revision "
+                                f"{', '.join(sorted({str(expected.get(m)) for m in left}))} after reloading "
+                                "(the server log says why)")
+
+
+def _forget_failed(client, names: list[str]) -> None:
+    """Triton 2.51 reports the whole server not ready (strict readiness: a load balancer would stop
+    sending it traffic) while a model's last load failed, even once it is unloaded and its files are
+    gone, until a load under that name succeeds. So each failed name among `names` gets a minimal
+    Python model (no torch: about a second) loaded in its place, to be unloaded with the rest."""
+    import json
+
+    failed = [m.get("name") for m in client.get_model_repository_index() if m.get("name") in names
+              and m.get("state") == "UNAVAILABLE" and m.get("reason") not in (None, "", "unloaded")]
+    for name in failed:
+        config = {"name": name, "backend": "python", "max_batch_size": 0,
+                  "input": [{"name": "IN", "data_type": "TYPE_INT32", "dims": [1]}],
+                  "output": [{"name": "OUT", "data_type": "TYPE_INT32", "dims": [1]}],
+                  "instance_group": [{"count": 1, "kind": "KIND_CPU"}]}
+        client.load_model(name, config=json.dumps(config), files={"file:1/model.py": _PLACEHOLDER_PY})
+
+
+_PLACEHOLDER_PY = b"class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
+
+
+def _clear_candidates(client, server_repo: Path, candidates: list[str], timeout: float) -> None:
+    """Unload and remove candidate models (this deploy's, or a dead deploy's: under the deploy lock no
+    other deploy owns them), leaving none in a failed state."""
+    _forget_failed(client, candidates)
+    _unload(client, candidates, timeout)
+    for name in candidates:
+        _remove(server_repo / name)
+
+
 def smoke_test(grpc_url: str, prompt: str, *, model: str, max_tokens: int = 32, timeout: float = 120.0,
                grpc_options=None) -> SmokeResult:
     """Greedy with the deployment's K and with no speculation: both non-empty and identical
@@ -334,6 +468,106 @@ def smoke_test(grpc_url: str, prompt: str, *, model: str, max_tokens: int = 32, 
 # --------------------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass
+class _Deploy:
+    """What one deploy works with (see deploy_spec)."""
+
+    spec: Spec
+    url: str
+    grpc: str
+    server_repo: Path
+    models: list[str]                  # ensemble first
+    client: Any
+    revision: str
+    stage: _Stage
+    swap: _Swap
+    smoke_prompt: str
+    smoke_tokens: int
+    timeout: float
+    grpc_options: Any
+    previous: dict[str, str | None]    # model -> the revision it served before (the switch's rollback target)
+    keep_stage: bool = False           # a failed candidate left for inspection reads its engine there
+
+    @property
+    def ensemble(self) -> str:
+        return self.models[0]
+
+    def smoke(self, model: str) -> SmokeResult:
+        return smoke_test(self.grpc, self.smoke_prompt, model=model, max_tokens=self.smoke_tokens,
+                          timeout=self.timeout, grpc_options=self.grpc_options)
+
+    def control(self, step: str, fn, *args) -> Any:
+        """Run a model-control call; connection errors and the like fail `step` in one line."""
+        try:
+            return fn(*args)
+        except (_StepFailed, OSError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - connection errors etc.
+            raise _StepFailed(step, f"model control on {self.url} failed: {_message(exc)}") from None
+
+    def listed(self, model: str, step: str) -> None:
+        if model not in _index(self.client):
+            raise _StepFailed(step, f"the server at {self.url} does not list {model!r} in its repository: "
+                                    f"is {self.server_repo} the directory it serves?")
+
+    def failed(self, exc: _StepFailed | OSError) -> str:
+        step = exc.step if isinstance(exc, _StepFailed) else "stage"
+        return f"deploying {self.spec.name!r} to {self.url} failed at the {step}: {_reason(exc)}"
+
+
+def _reason(exc: _StepFailed | OSError) -> str:
+    return exc.message if isinstance(exc, _StepFailed) else str(exc)
+
+
+def _candidate(d: _Deploy) -> SmokeResult:
+    """Step 3: the candidate loaded beside the serving version, smoke-tested and unloaded. It touches
+    candidate names only; a _StepFailed names the candidate's step."""
+    names = d.stage.candidates
+    try:
+        for name in names:
+            os.replace(d.stage.path / name, d.server_repo / name)
+        d.control("load", d.listed, names[0], "load")
+        d.control("load", _load, d.client, names[0], names, d.url)
+        smoke = d.smoke(names[0])
+        d.control("unload", _clear_candidates, d.client, d.server_repo, names, d.timeout)
+        return smoke
+    except _StepFailed as exc:
+        exc.step = f"candidate {exc.step}"
+        raise
+
+
+def _switch(d: _Deploy, expected: SmokeResult) -> None:
+    """Step 4: the new files under the serving names, each model loaded beside its running instance,
+    then proof that the new version is the one serving."""
+    from trtspec.client.remote import generate_remote
+
+    d.swap.swap_in(d.stage.path, d.stage.items)
+    d.control("switch", _reload, d.client, d.models, dict.fromkeys(d.models, d.revision), d.url, "switch")
+    try:
+        served = generate_remote(d.grpc, d.smoke_prompt, max_tokens=d.smoke_tokens, model=d.ensemble,
+                                 timeout=d.timeout, options=d.grpc_options).text
+    except TrtspecError as exc:
+        raise _StepFailed("switch", f"request to the switched {d.ensemble!r} failed: {exc.message}") from None
+    if served != expected.text:
+        raise _StepFailed("switch", f"the switched {d.ensemble!r} answers {served[:40]!r}, the candidate "
+                                    f"answered {expected.text[:40]!r}")
+
+
+def _switch_back(d: _Deploy) -> None:
+    """Undo a failed switch: the previous files back, every model loaded again beside what runs."""
+    d.swap.restore()
+    d.control("rollback", _reload, d.client, d.models, d.previous, d.url, "rollback")
+
+
+def _in_place(d: _Deploy) -> SmokeResult:
+    """Without a candidate: swap, unload, load the ensemble, smoke-test the serving names."""
+    d.swap.swap_in(d.stage.path, d.stage.items)
+    d.control("load", d.listed, d.ensemble, "load")
+    d.control("load", _unload, d.client, d.models, d.timeout)
+    d.control("load", _load, d.client, d.ensemble, d.models, d.url)
+    return d.smoke(d.ensemble)
+
+
 def deploy_spec(
     spec: Spec,
     url: str,
@@ -348,78 +582,116 @@ def deploy_spec(
     timeout: float = 300.0,
     admin_key: str | None = None,
     grpc_options=None,
+    candidate: bool = True,
 ) -> DeployResult:
     """Deploy the spec's torch build onto the running server at `url` (HTTP HOST:PORT, explicit
     model-control mode) whose model repository is `server_repo`; see the module docstring.
     `admin_key` opens the server's restricted model-repository API; `grpc_options` (TLS, headers)
-    are for the smoke test."""
+    are for the smoke test. `candidate=False` replaces a serving version in place (an outage, but
+    never two copies of the model in memory)."""
     start = time.perf_counter()
     url = _http_url(url)
     repo_dir, engine_dir, _lock, models = _find_build(spec, Path(out_repo), Path(out_engines))
-    ensemble = models[0]
     server_repo = Path(server_repo).resolve()
     if not server_repo.is_dir():
         raise DeployError(f"server repository {server_repo} is not a directory",
                           hint="pass --server-repo DIR: the model repository the running server reads")
     _check_server(url)
     grpc = resolve_grpc_url(url, grpc_url, spec)
+    candidates = [candidate_name(m) for m in models]
 
-    try:
-        client = _client(url, timeout, admin_key)
-        previous = _ready(client, models)
-    except Exception as exc:  # noqa: BLE001 - any client failure is a deploy failure
-        raise DeployError(f"cannot query models on {url}: {_message(exc)}", hint="check --url") from None
-
-    try:
-        stage, items = _stage(repo_dir, engine_dir, models, server_repo, spec.name)
-    except OSError as exc:
-        client.close()
-        raise DeployError(f"cannot stage the build into {server_repo}: {exc}",
-                          hint="--server-repo must be writable and have room for the engines") from None
-    swap = _Swap(server_repo, server_repo / f"{BACKUP_PREFIX}{_stamp()}")
-    smoke = None
-    try:
+    with _deploy_lock(server_repo):
         try:
-            swap.swap_in(stage, items)
-        finally:
-            shutil.rmtree(stage, ignore_errors=True)
+            client = _client(url, timeout, admin_key)
+            previous = _ready(client, models)
+            revisions = {m: _revision(client, m) for m in previous}
+            _clear_candidates(client, server_repo, candidates, timeout)
+        except Exception as exc:  # noqa: BLE001 - any client failure is a deploy failure
+            raise DeployError(f"cannot control models on {url}: "
+                              f"{exc.message if isinstance(exc, _StepFailed) else _message(exc)}",
+                              hint="check --url and the admin key (--admin-key)") from None
+        for stale in server_repo.glob(f"{STAGE_PREFIX}*"):  # a dead deploy's (we hold the lock)
+            _remove(stale)
+        beside = candidate and models[0] in previous
+        revision = _stamp()
         try:
-            if ensemble not in _index(client):
-                raise _StepFailed("load", f"the server at {url} does not list {ensemble!r} in its repository: "
-                                          f"is {server_repo} the directory it serves?")
-            _unload(client, models, timeout)
-            _load(client, ensemble, models, url)
-        except _StepFailed:
-            raise
-        except Exception as exc:  # noqa: BLE001 - connection errors etc.
-            raise _StepFailed("load", f"model control on {url} failed: {_message(exc)}") from None
-        smoke = smoke_test(grpc, smoke_prompt, model=ensemble, max_tokens=smoke_tokens, timeout=timeout,
-                           grpc_options=grpc_options)
-    except (_StepFailed, OSError) as exc:
-        step = exc.step if isinstance(exc, _StepFailed) else "stage"
-        message = exc.message if isinstance(exc, _StepFailed) else str(exc)
-        what = f"deploying {spec.name!r} to {url} failed at the {step}: {message}"
+            stage = _stage(repo_dir, engine_dir, models, server_repo, spec.name, revision, beside)
+        except OSError as exc:
+            client.close()
+            raise DeployError(f"cannot stage the build into {server_repo}: {exc}",
+                              hint="--server-repo must be writable and have room for the engines") from None
+        d = _Deploy(spec, url, grpc, server_repo, models, client, revision, stage,
+                    _Swap(server_repo, server_repo / f"{BACKUP_PREFIX}{revision}"),
+                    smoke_prompt, smoke_tokens, timeout, grpc_options, revisions)
         try:
-            if not rollback:
-                where = f"; the previous version is in {swap.backup}" if swap.replaced else ""
-                raise DeployError(f"{what}; not rolled back (--no-rollback){where}",
-                                  hint="fix and deploy again, or restore the backup by hand") from None
-            try:
-                _rollback(client, swap, models, previous, ensemble, url, timeout)
-            except Exception as rb:  # noqa: BLE001
-                rb_msg = rb.message if isinstance(rb, (_StepFailed, TrtspecError)) else _message(rb)
-                raise DeployError(f"{what}; the rollback failed too: {rb_msg}",
-                                  hint="check the server log and its repository by hand") from None
-            back = (f"the previous models ({', '.join(previous)}) are loaded again" if previous
-                    else "no models of it were loaded before, none are now")
-            raise DeployError(f"{what}; rolled back: {back}", hint="see the server log for the cause") from None
+            smoke = _run(d, previous, rollback, beside)
         finally:
             client.close()
-    client.close()
+            if not d.keep_stage:
+                shutil.rmtree(stage.path, ignore_errors=True)
     return DeployResult(name=spec.name, url=url, grpc_url=grpc, server_repo=str(server_repo), models=models,
-                        engine_dir=str(server_repo / ENGINES_SUBDIR / spec.name), replaced=swap.replaced,
-                        backup=str(swap.backup) if swap.replaced else None, smoke=smoke,
-                        seconds=time.perf_counter() - start)
+                        engine_dir=str(server_repo / ENGINES_SUBDIR / spec.name), replaced=d.swap.replaced,
+                        backup=str(d.swap.backup) if d.swap.replaced else None, smoke=smoke,
+                        seconds=time.perf_counter() - start, strategy="candidate" if beside else "in place",
+                        revision=revision)
+
+
+def _run(d: _Deploy, previous: list[str], rollback: bool, beside: bool) -> SmokeResult:
+    """Candidate + switch, or in place; every failure ends as one DeployError saying what was undone."""
+    if not beside:
+        return _run_in_place(d, previous, rollback)
+    try:
+        smoke = _candidate(d)
+    except (_StepFailed, OSError) as exc:
+        what = d.failed(exc)
+        if not rollback:
+            d.keep_stage = True
+            raise DeployError(f"{what}; not rolled back (--no-rollback): the candidate "
+                              f"({', '.join(d.stage.candidates)}) is left as it failed, the serving version was "
+                              "not touched", hint="inspect it, then deploy again (that clears it)") from None
+        try:
+            d.control("rollback", _clear_candidates, d.client, d.server_repo, d.stage.candidates, d.timeout)
+        except (_StepFailed, OSError) as rb:
+            raise DeployError(f"{what}; removing the candidate failed too ({_reason(rb)}); "
+                              "the serving version was not touched",
+                              hint="check the server log; the next deploy clears the candidate") from None
+        raise DeployError(f"{what}; rolled back: the candidate is unloaded and removed, the serving version "
+                          f"({', '.join(previous)}) was not touched", hint="see the server log for the cause") from None
+    try:
+        _switch(d, smoke)
+        return smoke
+    except (_StepFailed, OSError) as exc:
+        what = d.failed(exc)
+        if not rollback:
+            raise DeployError(f"{what}; not rolled back (--no-rollback); the previous version is in "
+                              f"{d.swap.backup}", hint="fix and deploy again, or restore the backup by hand") from None
+        try:
+            _switch_back(d)
+        except (_StepFailed, OSError) as rb:
+            raise DeployError(f"{what}; the rollback failed too: {_reason(rb)}",
+                              hint="check the server log and its repository by hand") from None
+        raise DeployError(f"{what}; rolled back: the previous files are back and the previous version serves "
+                          f"({', '.join(previous)})", hint="see the server log for the cause") from None
+
+
+def _run_in_place(d: _Deploy, previous: list[str], rollback: bool) -> SmokeResult:
+    try:
+        return _in_place(d)
+    except (_StepFailed, OSError) as exc:
+        what = d.failed(exc)
+        if not rollback:
+            where = f"; the previous version is in {d.swap.backup}" if d.swap.replaced else ""
+            raise DeployError(f"{what}; not rolled back (--no-rollback){where}",
+                              hint="fix and deploy again, or restore the backup by hand") from None
+        try:
+            _rollback(d.client, d.swap, d.models, previous, d.ensemble, d.url, d.timeout)
+        except Exception as rb:  # noqa: BLE001
+            rb_msg = rb.message if isinstance(rb, (_StepFailed, TrtspecError)) else _message(rb)
+            raise DeployError(f"{what}; the rollback failed too: {rb_msg}",
+                              hint="check the server log and its repository by hand") from None
+        back = (f"the previous models ({', '.join(previous)}) are loaded again" if previous
+                else "no models of it were loaded before, none are now")
+        raise DeployError(f"{what}; rolled back: {back}", hint="see the server log for the cause") from None
 
 
 def _rollback(client, swap: _Swap, models: list[str], previous: list[str], ensemble: str, url: str,

@@ -8,7 +8,8 @@ Library API:
 - `load_models(url, models, admin_key=...)` / `unload_models(url, models, admin_key=...)`: load / unload
   models of the repository of a running server (explicit model control; the key of its restricted
   model-repository API);
-- `trtspec.serve.deploy.deploy_spec(...)`: `trtspec deploy` (stage, load, smoke test, roll back).
+- `trtspec.serve.deploy.deploy_spec(...)`: `trtspec deploy` (stage, load beside the serving version,
+  smoke test, switch, roll back).
 """
 
 from __future__ import annotations

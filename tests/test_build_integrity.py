@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from trtspec.build import BuildOptions, build
-from trtspec.build.lock import LOCK_NAME, atomic_dir, write_json
+from trtspec.builders import BuildOptions, build
+from trtspec.builders.lock import LOCK_NAME, atomic_dir, write_json
 from trtspec.cli import main
 from trtspec.spec import load_spec
 
@@ -91,13 +91,13 @@ def test_leftovers_of_dead_builds_are_removed_and_live_ones_kept(family, tmp_pat
     build(spec, _opts(tmp_path))
     assert not any(d.exists() for d in stale)
     assert all(d.exists() for d in kept)
-    from trtspec.build.lock import remove_stale
+    from trtspec.builders.lock import remove_stale
 
     assert remove_stale(engines, spec.name) == []  # the live build's dir stays while we run
 
 
 def test_killed_build_leaves_a_dir_the_next_build_removes(tmp_path):
-    code = ("import os, sys; sys.path.insert(0, sys.argv[2]); from trtspec.build.lock import atomic_dir\n"
+    code = ("import os, sys; sys.path.insert(0, sys.argv[2]); from trtspec.builders.lock import atomic_dir\n"
             "with atomic_dir(sys.argv[1]) as tmp:\n"
             "    (tmp / 'big').write_bytes(b'x' * 1000); os.kill(os.getpid(), 9)\n")
     final = tmp_path / "engines" / "m"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from trtspec.build import BuildOptions, build
+from trtspec.builders import BuildOptions, build
 from trtspec.cli import main
 from trtspec.errors import PairError
 from trtspec.models.pair import check_pair

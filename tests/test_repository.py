@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trtspec.build import BuildOptions, build
-from trtspec.build.lock import LOCK_NAME, read_lock
+from trtspec.builders import BuildOptions, build
+from trtspec.builders.lock import LOCK_NAME, read_lock
 from trtspec.errors import BuildError, ClientError
 from trtspec.repository import pbtxt, serving, textio
 from trtspec.repository.torch_repo import (ENSEMBLE_INPUTS, ENSEMBLE_OUTPUTS, ModelNames, emit_torch_repository,

@@ -85,7 +85,7 @@ def _gpu_checks(spec: Spec, report: CheckReport, models: bool, engines: Path | N
                 server_version: str | None) -> None:
     """Memory plan, and engine/server TensorRT-LLM version compatibility (trtllm-engine)."""
     if models and report.pair is not None:
-        from trtspec.build.trtllm.memory import memory_plan
+        from trtspec.builders.trtllm.memory import memory_plan
 
         plan = memory_plan(spec)
         if plan.ok:
@@ -94,7 +94,7 @@ def _gpu_checks(spec: Spec, report: CheckReport, models: bool, engines: Path | N
     if spec.runtime.kind == "trtllm-engine" and engines is not None:
         engine_dir = Path(engines) / spec.name
         if engine_dir.is_dir():
-            from trtspec.build.trtllm.cache import check_engine_compat
+            from trtspec.builders.trtllm.cache import check_engine_compat
 
             version = server_version or spec.runtime.trtllm.version
             report.notes.append(f"engines {engine_dir} checked against TensorRT-LLM {version} on the server")

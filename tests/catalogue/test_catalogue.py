@@ -118,7 +118,7 @@ def test_offline_case(case: Case, pristine, tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    from trtspec.build import BuildOptions, build
+    from trtspec.builders import BuildOptions, build
     from trtspec.serve import TritonServer
     from trtspec.spec import load_spec
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from trtspec.build import BuildOptions, BuildResult, build
+from trtspec.builders import BuildOptions, BuildResult, build
 from trtspec.repository.torch_repo import ModelNames, emit_torch_repository
 from trtspec.serve import TritonServer
 from trtspec.spec import Spec, load_spec

@@ -25,7 +25,7 @@ class Built:
 def build_lookahead(root: Path) -> Built:
     if not demo_ready("target"):
         pytest.skip("demo family not trained yet")
-    from trtspec.build import BuildOptions, build
+    from trtspec.builders import BuildOptions, build
     from trtspec.spec import load_spec
 
     path = DEMO / "lookahead.toml"

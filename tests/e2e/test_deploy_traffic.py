@@ -78,7 +78,7 @@ class Build:
 
 
 def _build(root: Path, target: str, k: int) -> Build:
-    from trtspec.build import BuildOptions, build
+    from trtspec.builders import BuildOptions, build
 
     spec = _spec(root, target, k)
     build(spec, BuildOptions(out_engines=root / "engines", out_repo=root / "model_repository", progress=False))

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from trtspec.build import BuildOptions, build
+from trtspec.builders import BuildOptions, build
 from trtspec.client import generate_remote
 from trtspec.serve import TritonServer
 from trtspec.spec import Spec, load_spec

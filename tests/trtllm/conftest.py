@@ -69,7 +69,7 @@ def make_spec(workdir):
 
 @pytest.fixture
 def build_opts(workdir):
-    from trtspec.build import BuildOptions
+    from trtspec.builders import BuildOptions
 
     def opts(**kw):
         kw.setdefault("progress", False)

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
 from tests.trtllm.conftest import FAKE, calls
-from trtspec.build import build
-from trtspec.build.trtllm.cache import check_engine_compat
-from trtspec.build.trtllm.memory import GPU_MEMORY, memory_plan
+from trtspec.builders import build
+from trtspec.builders.trtllm.cache import check_engine_compat
+from trtspec.builders.trtllm.memory import GPU_MEMORY, memory_plan
 from trtspec.cli import main
 from trtspec.errors import BuildError
 

@@ -10,9 +10,9 @@ import sys
 import yaml
 
 from tests.support import ROOT
-from trtspec.build import build
-from trtspec.build.trtllm.cache import main as key_main
-from trtspec.build.trtllm.cache import spec_engine_keys
+from trtspec.builders import build
+from trtspec.builders.trtllm.cache import main as key_main
+from trtspec.builders.trtllm.cache import spec_engine_keys
 from trtspec.repository import pbtxt
 from trtspec.repository.trtllm.bundle import bundle
 
@@ -65,7 +65,7 @@ def test_moved_workspace_rebuilds_nothing(make_spec, build_opts, workdir, record
     """CI jobs check out at different paths: keys depend on content, not on where it lies."""
     import shutil
 
-    from trtspec.build import BuildOptions
+    from trtspec.builders import BuildOptions
     from trtspec.spec import load_spec
 
     build(make_spec("medusa"), build_opts())

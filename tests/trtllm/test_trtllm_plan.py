@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from tests.support import DEMO
 from tests.trtllm.conftest import FAKE
-from trtspec.build.trtllm.plan import make_plan
+from trtspec.builders.trtllm.plan import make_plan
 from trtspec.cli import main
 from trtspec.errors import BuildError
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trtspec.build import build
-from trtspec.build.trtllm.memory import memory_plan
+from trtspec.builders import build
+from trtspec.builders.trtllm.memory import memory_plan
 from trtspec.convert import params
 from trtspec.errors import RepositoryError
 from trtspec.repository import pbtxt

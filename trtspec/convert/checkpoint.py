@@ -20,7 +20,7 @@ from typing import Any, Callable
 from typing import TYPE_CHECKING
 
 from trtspec import __version__
-from trtspec.build.lock import atomic_dir, digest, read_json, write_json
+from trtspec.builders.lock import atomic_dir, digest, read_json, write_json
 from trtspec.convert import hf
 from trtspec.convert.fingerprint import content_only, file_digests
 from trtspec.convert.mapping import Mapping

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trtspec.build.lock import sha256_file
+from trtspec.builders.lock import sha256_file
 
 
 def file_digests(paths: list[Path], root: Path | None = None, previous: dict[str, Any] | None = None,

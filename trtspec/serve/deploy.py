@@ -134,7 +134,7 @@ def _check_server(url: str) -> None:
 
 def _find_build(spec: Spec, out_repo: Path, out_engines: Path) -> tuple[Path, Path, dict[str, Any], list[str]]:
     """(repo dir, engine dir, lock, model names with the ensemble first) of the spec's build."""
-    from trtspec.build.lock import read_lock
+    from trtspec.builders.lock import read_lock
 
     hint = f"trtspec build -c {spec.source or 'SPEC'}"
     if spec.runtime.kind != "torch":

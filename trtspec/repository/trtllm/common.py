@@ -8,7 +8,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from trtspec.build.lock import read_json
+from trtspec.builders.lock import read_json
 from trtspec.names import inside
 from trtspec.repository import pbtxt
 from trtspec.repository.trtllm.io import Row

@@ -26,7 +26,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from trtspec.build.trtllm.memory import MemoryPlan
+from trtspec.builders.trtllm.memory import MemoryPlan
 from trtspec.convert import params
 from trtspec.errors import RepositoryError
 from trtspec.repository import pbtxt

@@ -2,7 +2,7 @@
 
 A builder is a function `build(spec, options) -> BuildResult` living in the module named in
 BUILDERS; it writes `engines/<name>/` (with `trtspec.lock.json`) and `model_repository/<name>/`
-atomically (see trtspec.build.lock.atomic_dir): a failed build leaves previous outputs untouched.
+atomically (see trtspec.builders.lock.atomic_dir): a failed build leaves previous outputs untouched.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any, Callable
 from trtspec.spec import Spec
 
 BUILDERS = {
-    "torch": "trtspec.build.torch_build",
-    "trtllm-engine": "trtspec.build.trtllm_build",
-    "trtllm-llmapi": "trtspec.build.llmapi_build",
+    "torch": "trtspec.builders.torch_build",
+    "trtllm-engine": "trtspec.builders.trtllm_build",
+    "trtllm-llmapi": "trtspec.builders.llmapi_build",
 }
 
 

@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import __version__
-from trtspec.build import BuildOptions, BuildResult
-from trtspec.build.lock import (LOCK_NAME, atomic_dir, digest, read_lock, remove_stale, swap_in, temp_dir,
+from trtspec.builders import BuildOptions, BuildResult
+from trtspec.builders.lock import (LOCK_NAME, atomic_dir, digest, read_lock, remove_stale, swap_in, temp_dir,
                                 tool_versions, write_json)
-from trtspec.build.trtllm.cache import (LOCK_VERSION, RUNTIME, checkpoint_digests, engine_digests, engine_intact,
+from trtspec.builders.trtllm.cache import (LOCK_VERSION, RUNTIME, checkpoint_digests, engine_digests, engine_intact,
                                         engine_key, now)
-from trtspec.build.trtllm.memory import memory_plan
-from trtspec.build.trtllm.plan import BuildPlan, BuildStep, make_plan, tp_pp
-from trtspec.build.trtllm.runner import run_command
+from trtspec.builders.trtllm.memory import memory_plan
+from trtspec.builders.trtllm.plan import BuildPlan, BuildStep, make_plan, tp_pp
+from trtspec.builders.trtllm.runner import run_command
 from trtspec.convert import jobs_for_spec, run_job
 from trtspec.errors import BuildError, ConvertError, PairError
 from trtspec.names import child, inside

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 from trtspec import __version__
-from trtspec.build import BuildOptions, BuildResult
-from trtspec.build.lock import LOCK_NAME, digest, read_lock, tool_versions, write_json
-from trtspec.build.trtllm_build import check_weights, emit_repository, repository_changes
+from trtspec.builders import BuildOptions, BuildResult
+from trtspec.builders.lock import LOCK_NAME, digest, read_lock, tool_versions, write_json
+from trtspec.builders.trtllm_build import check_weights, emit_repository, repository_changes
 from trtspec.convert.fingerprint import file_digests, tree_files
 from trtspec.errors import BuildError
 from trtspec.names import child

@@ -17,8 +17,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from trtspec.build.lock import LOCK_NAME, digest, read_lock
-from trtspec.build.trtllm.plan import BuildPlan, BuildStep
+from trtspec.builders.lock import LOCK_NAME, digest, read_lock
+from trtspec.builders.trtllm.plan import BuildPlan, BuildStep
 from trtspec.convert.checkpoint import MANIFEST as CONVERT_MANIFEST
 from trtspec.convert.fingerprint import content_only, file_digests, tree_files
 
@@ -128,7 +128,7 @@ def check_engine_compat(engine_dir: str | Path, server_trtllm_version: str) -> l
 def spec_engine_keys(spec, engines_root: Path = Path("engines")) -> dict[str, str]:
     """{role: engine cache key} for a spec whose checkpoints are already converted (CPU only):
     CI computes it after `trtspec convert` to key its engine cache (see ci/)."""
-    from trtspec.build.trtllm.plan import make_plan
+    from trtspec.builders.trtllm.plan import make_plan
 
     plan = make_plan(spec, engines_root=engines_root)
     keys = {}
@@ -141,7 +141,7 @@ def spec_engine_keys(spec, engines_root: Path = Path("engines")) -> dict[str, st
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m trtspec.build.trtllm.cache -c SPEC [--out-engines DIR]` prints
+    """`python -m trtspec.builders.trtllm.cache -c SPEC [--out-engines DIR]` prints
     `name=<name>` and `engine_key=<sha256 over every engine key>` (a dotenv / $GITHUB_OUTPUT line)."""
     import argparse
     import sys
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     from trtspec.errors import TrtspecError
     from trtspec.spec import load_spec
 
-    ap = argparse.ArgumentParser(prog="python -m trtspec.build.trtllm.cache")
+    ap = argparse.ArgumentParser(prog="python -m trtspec.builders.trtllm.cache")
     ap.add_argument("-c", "--config", default="trtspec.toml")
     ap.add_argument("--out-engines", default="engines")
     args = ap.parse_args(argv)

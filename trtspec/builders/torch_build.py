@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trtspec.build import BuildOptions, BuildResult
-from trtspec.build.lock import (LOCK_NAME, atomic_dir, digest, hash_tree, read_lock, sha256_file, tool_versions,
+from trtspec.builders import BuildOptions, BuildResult
+from trtspec.builders.lock import (LOCK_NAME, atomic_dir, digest, hash_tree, read_lock, sha256_file, tool_versions,
                                 tree_changes, write_json)
 from trtspec.errors import BuildError, PairError, SpecError
 from trtspec.names import child

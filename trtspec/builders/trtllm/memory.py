@@ -223,7 +223,7 @@ def memory_plan(spec: Spec, *, gpu_memory_bytes: int | None = None) -> MemoryPla
     Problems (model does not fit, KV cache smaller than a full batch, unreadable configs) are
     listed in `.problems`, never raised, so `trtspec check` can print them with the rest.
     """
-    from trtspec.build.trtllm.plan import roles, tp_pp
+    from trtspec.builders.trtllm.plan import roles, tp_pp
 
     mem = gpu_memory_bytes if gpu_memory_bytes is not None else GPU_MEMORY.get(spec.gpu.type)
     problems: list[str] = []

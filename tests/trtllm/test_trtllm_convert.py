@@ -12,9 +12,10 @@ from safetensors.torch import load_file
 
 from tests.support import MODELS, needs_demo_models
 from tests.trtllm import fixtures as fx
+from trtspec.artifacts.heads import MEDUSA_WEIGHTS
+from trtspec.artifacts.weights import load_weights as load_state_dict
 from trtspec.cli import main
 from trtspec.convert import SUPPORTED_ARCHITECTURES, ConvertJob, read_checkpoint, run_job
-from trtspec.convert.hf import load_state_dict
 from trtspec.errors import ConvertError
 
 
@@ -105,7 +106,7 @@ def test_medusa_round_trip(models, tmp_path, tp, pp):
     if pp > 1:
         assert not any(k.startswith("medusa_heads") for k in load_file(str(out / "rank0.safetensors")))
     back = read_checkpoint(out)
-    assert _same(back.medusa, load_state_dict(models / "medusa"))
+    assert _same(back.medusa, load_state_dict(models / "medusa", MEDUSA_WEIGHTS))
     assert _same(back.target, load_state_dict(models / "target"))
 
 
@@ -247,7 +248,7 @@ def test_demo_family_round_trip_and_logits(tmp_path, tp, pp):
         run_job(ConvertJob("target", "medusa", MODELS / "target", MODELS / "medusa", tmp_path / "m", tp, 1,
                            "float16", max_draft_len=8))
         assert _same(read_checkpoint(tmp_path / "m").medusa,
-                     {k: v.half() for k, v in load_state_dict(MODELS / "medusa").items()})
+                     {k: v.half() for k, v in load_state_dict(MODELS / "medusa", MEDUSA_WEIGHTS).items()})
         run_job(ConvertJob("target", "eagle", MODELS / "target", MODELS / "eagle", tmp_path / "e", tp, 1, "float16",
                            max_draft_len=4, num_eagle_layers=4, max_non_leaves_per_layer=1))
         assert _same(read_checkpoint(tmp_path / "e").eagle,

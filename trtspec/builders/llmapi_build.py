@@ -10,11 +10,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from trtspec import __version__
+from trtspec.artifacts.fs import file_digests, list_files
 from trtspec.builders import BuildOptions, BuildResult
-from trtspec.builders.lock import LOCK_NAME, digest, read_lock, tool_versions, write_json
+from trtspec.builders.lock import LOCK_NAME, digest, new_lock, read_lock, write_json
 from trtspec.builders.trtllm_build import check_weights, emit_repository, repository_changes
-from trtspec.convert.fingerprint import file_digests, tree_files
 from trtspec.errors import BuildError
 from trtspec.names import child
 from trtspec.repository.trtllm.llmapi import FLAVOUR, MODEL, render_llmapi_repository
@@ -27,7 +26,7 @@ def _sources(spec: Spec) -> list[Path]:
         dirs.append(Path(spec.speculative.draft))
     if spec.method == "eagle" and spec.speculative.heads:
         dirs.append(Path(spec.speculative.heads))
-    return [f for d in dirs if d.is_dir() for f in tree_files(d)]
+    return [f for d in dirs if d.is_dir() for f in list_files(d, hidden=False)]
 
 
 def build(spec: Spec, options: BuildOptions) -> BuildResult:
@@ -41,17 +40,17 @@ def build(spec: Spec, options: BuildOptions) -> BuildResult:
     root = child(Path(options.out_engines), spec.name, "model.name", BuildError)
     check_weights(spec)  # the LLM API loads these checkpoints as they are
     lock = read_lock(root) or {}
-    prev = lock.get("sources") if lock.get("runtime") == FLAVOUR else None
+    prev = lock.get("inputs") if lock.get("runtime") == FLAVOUR else None
     sources = file_digests(_sources(spec), previous=prev, use_cache=not options.force)
     repo_digest = digest(files)
     changes = repository_changes(repo_dir, files, (lock.get("repository") or {}).get("digest"))
     changed = options.force or bool(changes)
     if changed:
         emit_repository(spec, files, repo_dir)
-    write_json(root / LOCK_NAME, {"lock_version": 1, "runtime": FLAVOUR, "name": spec.name, "method": spec.method,
-                                  "trtllm": {"version": spec.runtime.trtllm.version, "image": spec.runtime.trtllm.image},
-                                  "sources": sources, "repository": {"path": str(repo_dir), "digest": repo_digest},
-                                  "trtspec": __version__, "tools": tool_versions(), "spec": spec.to_dict()})
+    write_json(root / LOCK_NAME, new_lock(
+        inputs=sources, outputs={"repository": str(repo_dir)}, runtime=FLAVOUR, name=spec.name, method=spec.method,
+        trtllm={"version": spec.runtime.trtllm.version, "image": spec.runtime.trtllm.image},
+        repository={"path": str(repo_dir), "digest": repo_digest}, spec=spec.to_dict()))
     reason = "--force" if options.force else (changes[0] if changes and lock else "")
     return BuildResult(FLAVOUR, {}, str(repo_dir), str(root / LOCK_NAME), ["repository"] if changed else [],
                        [] if changed else ["repository"], [step], time.perf_counter() - t0, False, reason)

@@ -23,15 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.builders import BuildOptions, BuildResult
-from trtspec.builders.lock import (LOCK_NAME, atomic_dir, digest, hash_tree, read_lock, sha256_file, tool_versions,
-                                tree_changes, write_json)
+from trtspec.artifacts.weights import load_file
+from trtspec.builders.lock import (LOCK_FORMAT, LOCK_NAME, atomic_dir, digest, hash_tree, new_lock, read_lock,
+                                   sha256_file, tool_versions, tree_changes, write_json)
 from trtspec.errors import BuildError, PairError, SpecError
 from trtspec.names import child
 from trtspec.repository.serving import ENGINE_SPEC
 from trtspec.repository.torch_repo import MODEL_SOURCES, ModelNames, emit_torch_repository, model_source
 from trtspec.spec import Spec, check_paths
 
-LOCK_FORMAT = 1
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json")
 COPY_SUFFIXES = (".json", ".txt", ".model", ".jinja", ".py")
@@ -54,7 +54,7 @@ def validate(spec: Spec) -> None:
     if problems:
         raise SpecError(str(problems[0]), hint="fix the paths in the spec, then re-run `trtspec build`",
                         problems=[str(p) for p in problems])
-    from trtspec.models.pair import check_pair
+    from trtspec.artifacts.pair import check_pair
 
     report = check_pair(spec)
     if report.problems:
@@ -100,7 +100,7 @@ def _builder_digest() -> str:
 def convert_checkpoint(src: Path, dst: Path, dtype: str) -> list[str]:
     """Copy a checkpoint dir with its weights as safetensors in `dtype`; returns the files written."""
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
     target_dtype = getattr(torch, dtype)  # the spec's dtype names are torch's
     dst.mkdir(parents=True, exist_ok=True)
@@ -117,10 +117,7 @@ def convert_checkpoint(src: Path, dst: Path, dtype: str) -> list[str]:
         if path.is_dir():
             continue
         if path.suffix == ".safetensors":
-            try:
-                tensors = load_file(str(path))
-            except Exception as exc:  # safetensors raises its own error types
-                raise BuildError(f"{path}: cannot read safetensors: {exc}", hint="re-export the checkpoint") from None
+            tensors = load_file(path, BuildError)
             save_file(cast(tensors), str(dst / path.name), metadata={"format": "pt"})
         elif path.suffix == ".bin":
             state = torch.load(str(path), map_location="cpu", weights_only=True)
@@ -203,21 +200,13 @@ def build(spec: Spec, options: BuildOptions) -> BuildResult:
         files["tokenizer"] = copy_tokenizer(spec.tokenizer_dir, tmp_engine / "target")
         write_json(tmp_engine / ENGINE_SPEC, engine_spec_dict(spec, role_dirs))
         repo = emit_torch_repository(spec, tmp_repo, engine_dir, final_root=repo_dir, names=names)
-        lock = {
-            "format": LOCK_FORMAT,
-            "key": key,
-            "name": spec.name,
-            "runtime": "torch",
-            "method": spec.method,
-            "dtype": spec.model.dtype,
-            "inputs": {role: {"path": str(path), "files": inputs[role]} for role, path in role_dirs.items()}
+        lock = new_lock(
+            inputs={role: {"path": str(path), "files": inputs[role]} for role, path in role_dirs.items()}
             | {"tokenizer": {"path": str(spec.tokenizer_dir), "files": inputs["tokenizer"]}},
-            "outputs": hash_tree(tmp_engine),
-            "repository": repo.to_dict() | {"root": str(repo_dir), "files": hash_tree(tmp_repo)},
-            "versions": tool_versions(),
-            "spec": spec.to_dict(),
-            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
+            outputs=hash_tree(tmp_engine),
+            key=key, name=spec.name, runtime="torch", method=spec.method, dtype=spec.model.dtype,
+            repository=repo.to_dict() | {"root": str(repo_dir), "files": hash_tree(tmp_repo)},
+            spec=spec.to_dict())
         write_json(tmp_engine / LOCK_NAME, lock)
     return BuildResult(runtime="torch", engines=engines, repository=str(repo_dir), lock=str(lock_path),
                        rebuilt=list(role_dirs), skipped=[], seconds=time.perf_counter() - start, reason=reason)

@@ -20,12 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trtspec import __version__
 from trtspec.builders import BuildOptions, BuildResult
-from trtspec.builders.lock import (LOCK_NAME, atomic_dir, digest, read_lock, remove_stale, swap_in, temp_dir,
-                                tool_versions, write_json)
-from trtspec.builders.trtllm.cache import (LOCK_VERSION, RUNTIME, checkpoint_digests, engine_digests, engine_intact,
-                                        engine_key, now)
+from trtspec.builders.lock import (LOCK_NAME, atomic_dir, digest, new_lock, read_lock, remove_stale, swap_in,
+                                   temp_dir, write_json)
+from trtspec.builders.trtllm.cache import (RUNTIME, checkpoint_digests, engine_digests, engine_intact, engine_key,
+                                           now)
 from trtspec.builders.trtllm.memory import memory_plan
 from trtspec.builders.trtllm.plan import BuildPlan, BuildStep, make_plan, tp_pp
 from trtspec.builders.trtllm.runner import run_command
@@ -65,7 +64,7 @@ def ensure_checkpoints(spec: Spec, root: Path, options: BuildOptions) -> list[st
 def check_weights(spec: Spec) -> None:
     """Refuse configs that disagree with their weights (vocab, layers, heads) before converting: the
     converter would fail on some (a missing layer) and silently drop others (a layer too many)."""
-    from trtspec.models.pair import weight_problems
+    from trtspec.artifacts.pair import weight_problems
 
     problems = weight_problems(spec)
     if problems:
@@ -121,12 +120,13 @@ def emit_repository(spec: Spec, files: dict[str, str], repo_dir: Path) -> None:
 
 
 def _lock_data(spec: Spec, plan: BuildPlan, engines: dict[str, Any], repo: dict[str, Any]) -> dict[str, Any]:
-    return {"lock_version": LOCK_VERSION, "runtime": RUNTIME, "name": spec.name, "method": spec.method,
-            "trtllm": {"version": plan.trtllm_version, "image": plan.image},
-            "gpu": {"type": plan.gpu_type, "arch": plan.gpu_arch, "tensor_parallel": spec.gpu.tensor_parallel,
-                    "pipeline_parallel": spec.gpu.pipeline_parallel},
-            "engines": engines, "repository": repo, "trtspec": __version__, "tools": tool_versions(),
-            "spec": spec.to_dict()}
+    return new_lock(inputs={role: e.get("checkpoint_dir") for role, e in engines.items()},
+                    outputs={role: e.get("dir") for role, e in engines.items()} | {"repository": repo["path"]},
+                    runtime=RUNTIME, name=spec.name, method=spec.method,
+                    trtllm={"version": plan.trtllm_version, "image": plan.image},
+                    gpu={"type": plan.gpu_type, "arch": plan.gpu_arch, "tensor_parallel": spec.gpu.tensor_parallel,
+                         "pipeline_parallel": spec.gpu.pipeline_parallel},
+                    engines=engines, repository=repo, spec=spec.to_dict())
 
 
 def build(spec: Spec, options: BuildOptions) -> BuildResult:

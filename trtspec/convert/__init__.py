@@ -27,7 +27,8 @@ from typing import Any, Callable
 from trtspec.convert import params
 from trtspec.convert.checkpoint import (MANIFEST, ConvertedCheckpoint, ConvertJob, Reassembled,
                                         hf_config_from_trtllm, is_fresh, read_checkpoint, read_manifest, run_job)
-from trtspec.convert.hf import SUPPORTED_ARCHITECTURES, TRTLLM_ARCHITECTURES, read_json
+from trtspec.artifacts import heads as layouts
+from trtspec.convert.hf import SUPPORTED_ARCHITECTURES, TRTLLM_ARCHITECTURES
 from trtspec.errors import ConvertError
 from trtspec.spec import Spec
 
@@ -55,14 +56,10 @@ def default_out_dir(spec: Spec, engines: Path = DEFAULT_ENGINES) -> Path:
 
 
 def medusa_num_heads(spec: Spec) -> int:
+    """The spec's Medusa heads count (artifacts.heads.medusa_num_heads, as a ConvertError)."""
     if spec.speculative.heads is None:
         raise ConvertError("method 'medusa' needs speculative.heads", hint="set speculative.heads in the spec")
-    cfg = read_json(Path(spec.speculative.heads) / "config.json")
-    n = int(cfg.get("medusa_num_heads", 0) or 0)
-    if n < 1:
-        raise ConvertError(f"{spec.speculative.heads}/config.json: medusa_num_heads missing",
-                           hint="a Medusa heads dir needs config.json with medusa_num_heads")
-    return n
+    return layouts.medusa_num_heads(spec.speculative.heads, ConvertError)
 
 
 def jobs_for_spec(spec: Spec, out_dir: Path | None = None, *, tp: int | None = None, pp: int | None = None,

@@ -5,8 +5,9 @@ leaves the previous one untouched). `read_checkpoint` is the exact inverse: it r
 HF state dicts (target, Medusa heads, EAGLE head) from any TP/PP sharding, checking every
 replicated tensor agrees across ranks.
 
-A `trtspec.convert.json` manifest beside the weights records what the checkpoint was made
-from (source file digests + options); a conversion whose manifest matches is skipped.
+A `trtspec.convert.json` manifest (trtspec.artifacts.manifest, kind "convert") beside the weights records
+what the checkpoint was made from (inputs: source file digests; the options) and what was written (outputs);
+a conversion whose manifest matches is skipped.
 """
 
 from __future__ import annotations
@@ -15,22 +16,24 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from typing import TYPE_CHECKING
-
-from trtspec import __version__
-from trtspec.builders.lock import atomic_dir, digest, read_json, write_json
+from trtspec.artifacts import heads as layouts
+from trtspec.artifacts import manifest
+from trtspec.artifacts.fs import atomic_dir, content_only, digest, file_digests, read_json_object
+from trtspec.artifacts.hf import CONFIG, ModelConfig
+from trtspec.artifacts.weights import MODEL_WEIGHTS, load_file, load_weights, save_weights, weight_files
 from trtspec.convert import hf
-from trtspec.convert.fingerprint import content_only, file_digests
 from trtspec.convert.mapping import Mapping
 from trtspec.errors import ConvertError
 
 if TYPE_CHECKING:
     import torch
 
-MANIFEST = "trtspec.convert.json"
+MANIFEST = manifest.FILE_NAMES[manifest.CONVERT]
+MANIFEST_FORMAT = 1
 CONVERTER_VERSION = 1
+HEAD_WEIGHTS = {"medusa": layouts.MEDUSA_WEIGHTS, "eagle": layouts.EAGLE_WEIGHTS}
 Tensors = dict[str, "torch.Tensor"]
 
 
@@ -61,12 +64,13 @@ class ConvertJob:
 
     def source_files(self) -> dict[str, list[Path]]:
         """Files conversion reads, per source dir ("model", "heads")."""
-        files = {"model": [self.model_dir / "config.json", *hf.weight_files(self.model_dir)]}
-        index = self.model_dir / "model.safetensors.index.json"
+        files = {"model": [self.model_dir / CONFIG, *weight_files(self.model_dir, error=ConvertError)]}
+        index = self.model_dir / f"{MODEL_WEIGHTS}.index.json"
         if index.is_file():
             files["model"].append(index)
         if self.heads_dir is not None:
-            files["heads"] = [self.heads_dir / "config.json", *hf.weight_files(self.heads_dir)]
+            weights = HEAD_WEIGHTS.get(self.kind, MODEL_WEIGHTS)
+            files["heads"] = [self.heads_dir / CONFIG, *weight_files(self.heads_dir, weights, ConvertError)]
         return files
 
 
@@ -87,17 +91,12 @@ class ConvertedCheckpoint:
 # ------------------------------------------------------------------------------- writing
 
 
-def _heads_config(heads_dir: Path) -> dict[str, Any]:
-    return hf.read_json(heads_dir / "config.json")
-
-
 def _config_and_ranks(job: ConvertJob) -> tuple[dict[str, Any], Callable[[int, int, int], Tensors]]:
     from trtspec.convert import llama
 
     where = str(job.model_dir)
-    cfg = hf.load_config(job.model_dir)
-    shape = hf.llama_shape(cfg, f"{job.model_dir}/config.json")
-    sd = hf.load_state_dict(job.model_dir)
+    shape = hf.model_config(job.model_dir)
+    sd = load_weights(job.model_dir, error=ConvertError)
     dtype = hf.torch_dtype(job.dtype)
     mapping = job.mapping
     if job.kind == "llama":
@@ -108,13 +107,8 @@ def _config_and_ranks(job: ConvertJob) -> tuple[dict[str, Any], Callable[[int, i
         return config, ranks
     if job.kind == "medusa":
         assert job.heads_dir is not None
-        hcfg = _heads_config(job.heads_dir)
-        num_heads = int(hcfg.get("medusa_num_heads", 0) or 0)
-        num_layers = int(hcfg.get("medusa_num_layers", 1) or 1)
-        if num_heads < 1:
-            raise ConvertError(f"{job.heads_dir}/config.json: medusa_num_heads missing",
-                               hint="a Medusa heads dir needs config.json with medusa_num_heads")
-        heads = hf.load_state_dict(job.heads_dir)
+        hcfg, heads = layouts.load_medusa(job.heads_dir, shape, ConvertError)
+        num_heads, num_layers = hcfg.num_heads, hcfg.num_layers
         config = llama.medusa_config(shape, job.dtype, mapping, num_heads=num_heads, num_layers=num_layers,
                                      max_draft_len=job.max_draft_len)
 
@@ -126,16 +120,7 @@ def _config_and_ranks(job: ConvertJob) -> tuple[dict[str, Any], Callable[[int, i
         return config, ranks
     if job.kind == "eagle":
         assert job.heads_dir is not None
-        ecfg = _heads_config(job.heads_dir)
-        eshape = hf.llama_shape({**cfg, **ecfg, "vocab_size": shape.vocab_size}, f"{job.heads_dir}/config.json",
-                                architecture="LlamaForCausalLM")
-        if eshape.hidden_size != shape.hidden_size:
-            raise ConvertError(f"{job.heads_dir}: EAGLE hidden_size {eshape.hidden_size} != target "
-                               f"{shape.hidden_size}", hint="use the EAGLE head trained for this target")
-        eagle = hf.load_state_dict(job.heads_dir)
-        if any(k.startswith("midlayer.") for k in eagle) or "d2t" in eagle:
-            raise ConvertError(f"{job.heads_dir}: this is an EAGLE-3 head; the TensorRT engine path supports "
-                               "EAGLE-1/2 heads only", hint="use runtime.kind = \"trtllm-llmapi\" for EAGLE-3")
+        eshape, eagle = layouts.load_eagle(job.heads_dir, shape, ConvertError)
         config = llama.eagle_config(shape, eshape, job.dtype, mapping, max_draft_len=job.max_draft_len,
                                     num_eagle_layers=job.num_eagle_layers,
                                     max_non_leaves_per_layer=job.max_non_leaves_per_layer)
@@ -153,7 +138,7 @@ def fingerprint(job: ConvertJob, previous: dict[str, Any] | None = None, use_cac
                 ) -> tuple[str, dict[str, Any]]:
     """Digest of the sources' CONTENT (keys relative to each source dir, so the same checkpoint
     checked out elsewhere, e.g. in another CI job, has the same fingerprint) and the options."""
-    old = (previous or {}).get("sources") or {}
+    old = ((previous or {}).get("inputs") or {}).get("files") or {}
     files: dict[str, Any] = {}
     for label, paths in job.source_files().items():
         root = job.model_dir if label == "model" else job.heads_dir
@@ -165,15 +150,17 @@ def fingerprint(job: ConvertJob, previous: dict[str, Any] | None = None, use_cac
 
 def is_fresh(job: ConvertJob, use_cache: bool = True) -> tuple[bool, str, dict[str, Any]]:
     """(fresh, fingerprint, source digests): does `job.out_dir` hold exactly this conversion?"""
-    manifest = read_manifest(job.out_dir)
-    fp, files = fingerprint(job, manifest, use_cache)
-    fresh = bool(manifest) and manifest.get("fingerprint") == fp and all(
-        (job.out_dir / f).is_file() for f in ["config.json", *manifest.get("files", [])])
+    recorded = read_manifest(job.out_dir)
+    fp, files = fingerprint(job, recorded, use_cache)
+    fresh = recorded is not None and recorded.get("fingerprint") == fp and all(
+        (job.out_dir / f).is_file() for f in [CONFIG, *((recorded.get("outputs") or {}).get("files") or [])])
     return fresh, fp, files
 
 
 def read_manifest(ckpt_dir: Path) -> dict[str, Any] | None:
-    return read_json(Path(ckpt_dir) / MANIFEST)
+    """The conversion manifest (None: none, unreadable, or from before the manifest shape: reconverted)."""
+    data = manifest.read(Path(ckpt_dir) / MANIFEST, manifest.CONVERT)
+    return data if data is not None and data.get("kind") == manifest.CONVERT else None
 
 
 def run_job(job: ConvertJob, force: bool = False, log: Callable[[str], None] | None = None) -> ConvertedCheckpoint:
@@ -184,26 +171,24 @@ def run_job(job: ConvertJob, force: bool = False, log: Callable[[str], None] | N
             raise ConvertError(f"checkpoint dir not found: {d}", hint="check the paths in the spec")
     fresh, fp, files = is_fresh(job, use_cache=not force)
     if fresh and not force:
-        cfg = hf.read_json(job.out_dir / "config.json")
+        cfg = read_json_object(job.out_dir / CONFIG, "checkpoint", ConvertError)
         return ConvertedCheckpoint(job.role, str(job.out_dir), cfg["architecture"], job.mapping.world_size, False,
                                    time.perf_counter() - t0, fp)
     if log:
         log(f"converting {job.role} ({job.kind}, tp={job.tp}, pp={job.pp}, {job.dtype}) -> {job.out_dir}")
     config, ranks = _config_and_ranks(job)
     written = []
-    from safetensors.torch import save_file
-
     with atomic_dir(job.out_dir) as tmp:
-        (tmp / "config.json").write_text(json.dumps(config, indent=4) + "\n", encoding="utf-8")
+        (tmp / CONFIG).write_text(json.dumps(config, indent=4) + "\n", encoding="utf-8")
         for rank, t, p in job.mapping.ranks():
             name = f"rank{rank}.safetensors"
-            save_file(ranks(rank, t, p), str(tmp / name), metadata={"format": "pt"})
+            save_weights(ranks(rank, t, p), tmp / name)
             written.append(name)
-        write_json(tmp / MANIFEST, {
-            "fingerprint": fp, "role": job.role, "options": job.options(), "sources": files,
-            "model_dir": str(job.model_dir), "heads_dir": str(job.heads_dir) if job.heads_dir else None,
-            "files": written, "trtspec": __version__,
-        })
+        manifest.write(tmp / MANIFEST, manifest.new(
+            manifest.CONVERT, MANIFEST_FORMAT, fingerprint=fp, role=job.role, options=job.options(),
+            inputs={"model_dir": str(job.model_dir), "heads_dir": str(job.heads_dir) if job.heads_dir else None,
+                    "files": files},
+            outputs={"files": written}))
     return ConvertedCheckpoint(job.role, str(job.out_dir), config["architecture"], job.mapping.world_size, True,
                                time.perf_counter() - t0, fp)
 
@@ -221,44 +206,21 @@ class Reassembled:
     eagle: Tensors | None = None
 
 
-def shape_from_trtllm(cfg: dict[str, Any]) -> hf.LlamaShape:
-    heads = cfg["num_attention_heads"]
-    return hf.LlamaShape(
-        architecture="LlamaForCausalLM", vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
-        intermediate_size=cfg.get("intermediate_size") or cfg["hidden_size"] * 4,
-        num_hidden_layers=cfg["num_hidden_layers"], num_attention_heads=heads,
-        num_key_value_heads=cfg.get("num_key_value_heads") or heads,
-        head_dim=cfg.get("head_size") or cfg.get("head_dim") or cfg["hidden_size"] // heads,
-        max_position_embeddings=cfg.get("max_position_embeddings"), hidden_act=cfg.get("hidden_act", "silu"),
-        rms_norm_eps=cfg.get("norm_epsilon", 1e-5), rope_theta=cfg.get("rotary_base", 10000.0),
-        rope_scaling=cfg.get("rotary_scaling"), tie_word_embeddings=bool(cfg.get("tie_word_embeddings")),
-        attention_bias=bool(cfg.get("attn_bias")), mlp_bias=bool(cfg.get("mlp_bias")), torch_dtype=cfg.get("dtype"),
-    )
+def shape_from_trtllm(cfg: dict[str, Any]) -> ModelConfig:
+    return ModelConfig.from_trtllm(cfg)
 
 
 def hf_config_from_trtllm(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The HF `LlamaConfig` keys equivalent to a TensorRT-LLM checkpoint config."""
-    s = shape_from_trtllm(cfg)
-    out = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": s.vocab_size,
-           "hidden_size": s.hidden_size, "intermediate_size": s.intermediate_size,
-           "num_hidden_layers": s.num_hidden_layers, "num_attention_heads": s.num_attention_heads,
-           "num_key_value_heads": s.num_key_value_heads, "head_dim": s.head_dim,
-           "max_position_embeddings": s.max_position_embeddings, "hidden_act": s.hidden_act,
-           "rms_norm_eps": s.rms_norm_eps, "rope_theta": s.rope_theta, "tie_word_embeddings": s.tie_word_embeddings,
-           "attention_bias": s.attention_bias, "mlp_bias": s.mlp_bias, "torch_dtype": s.torch_dtype}
-    if s.rope_scaling:
-        out["rope_scaling"] = {k: v for k, v in s.rope_scaling.items() if k != "type"}
-    return out
+    """The HF config keys equivalent to a TensorRT-LLM checkpoint config."""
+    return ModelConfig.from_trtllm(cfg).to_hf_dict()
 
 
 def read_checkpoint(ckpt_dir: Path) -> Reassembled:
     """Inverse of the writers for any TP/PP sharding (ConvertError if inconsistent)."""
-    from safetensors.torch import load_file
-
     from trtspec.convert import llama
 
     ckpt_dir = Path(ckpt_dir)
-    cfg = hf.read_json(ckpt_dir / "config.json")
+    cfg = read_json_object(ckpt_dir / CONFIG, "checkpoint", ConvertError)
     m = cfg.get("mapping", {})
     mapping = Mapping(int(m.get("tp_size", 1)), int(m.get("pp_size", 1)))
     if int(m.get("world_size", mapping.world_size)) != mapping.world_size:
@@ -268,7 +230,7 @@ def read_checkpoint(ckpt_dir: Path) -> Reassembled:
         path = ckpt_dir / f"rank{rank}.safetensors"
         if not path.is_file():
             raise ConvertError(f"{path} is missing", hint="the checkpoint is incomplete; re-run `trtspec convert`")
-        ranks[rank] = load_file(str(path))
+        ranks[rank] = load_file(path, ConvertError)
     shape = shape_from_trtllm(cfg)
     out = Reassembled(cfg, llama.base_from_ranks(ranks, cfg, shape, mapping))
     arch = cfg.get("architecture")

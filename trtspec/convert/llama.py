@@ -31,7 +31,8 @@ from typing import Any
 import torch
 
 from trtspec.convert import sharding as sh
-from trtspec.convert.hf import LlamaShape, need
+from trtspec.artifacts.hf import ModelConfig
+from trtspec.convert.hf import need, rope_scaling
 from trtspec.errors import ConvertError
 
 Tensors = dict[str, torch.Tensor]
@@ -55,7 +56,7 @@ _LAYER_MAP = [
 # ------------------------------------------------------------------------------------- configs
 
 
-def base_config(shape: LlamaShape, dtype: str, mapping: sh.Mapping, architecture: str) -> dict[str, Any]:
+def base_config(shape: ModelConfig, dtype: str, mapping: sh.Mapping, architecture: str) -> dict[str, Any]:
     """The `config.json` keys TensorRT-LLM's PretrainedConfig/LLaMAConfig read (§1.2)."""
     return {
         "architecture": architecture,
@@ -64,16 +65,16 @@ def base_config(shape: LlamaShape, dtype: str, mapping: sh.Mapping, architecture
         "vocab_size": shape.vocab_size,
         "max_position_embeddings": shape.max_position_embeddings,
         "hidden_size": shape.hidden_size,
-        "num_hidden_layers": shape.num_hidden_layers,
-        "num_attention_heads": shape.num_attention_heads,
-        "num_key_value_heads": shape.num_key_value_heads,
+        "num_hidden_layers": shape.num_layers,
+        "num_attention_heads": shape.num_heads,
+        "num_key_value_heads": shape.num_kv_heads,
         "head_size": shape.head_dim,
         "hidden_act": shape.hidden_act,
         "intermediate_size": shape.intermediate_size,
         "norm_epsilon": shape.rms_norm_eps,
         "position_embedding_type": "rope_gpt_neox",
         "rotary_base": shape.rope_theta,
-        "rotary_scaling": shape.rope_scaling,
+        "rotary_scaling": rope_scaling(shape),
         "quantization": {"quant_algo": None, "kv_cache_quant_algo": None},
         "mapping": mapping.to_config(),
         "use_parallel_embedding": False,
@@ -84,7 +85,7 @@ def base_config(shape: LlamaShape, dtype: str, mapping: sh.Mapping, architecture
     }
 
 
-def medusa_config(shape: LlamaShape, dtype: str, mapping: sh.Mapping, *, num_heads: int, num_layers: int,
+def medusa_config(shape: ModelConfig, dtype: str, mapping: sh.Mapping, *, num_heads: int, num_layers: int,
                   max_draft_len: int) -> dict[str, Any]:
     cfg = base_config(shape, dtype, mapping, "MedusaForCausalLM")
     cfg.update(max_draft_len=max_draft_len, num_medusa_heads=num_heads, num_medusa_layers=num_layers,
@@ -92,7 +93,7 @@ def medusa_config(shape: LlamaShape, dtype: str, mapping: sh.Mapping, *, num_hea
     return cfg
 
 
-def eagle_config(shape: LlamaShape, eagle: LlamaShape, dtype: str, mapping: sh.Mapping, *, max_draft_len: int,
+def eagle_config(shape: ModelConfig, eagle: ModelConfig, dtype: str, mapping: sh.Mapping, *, max_draft_len: int,
                  num_eagle_layers: int, max_non_leaves_per_layer: int) -> dict[str, Any]:
     if mapping.pp_size != 1:
         raise ConvertError("EAGLE does not support pipeline parallelism (TensorRT-LLM asserts pp_size == 1)",
@@ -123,18 +124,18 @@ def _split_by(kind: str, t: torch.Tensor, tp: int, rank: int) -> torch.Tensor:
     return t.clone().contiguous()
 
 
-def layer_weights(sd: Tensors, hf_prefix: str, shape: LlamaShape, tp: int, rank: int, dtype: torch.dtype,
+def layer_weights(sd: Tensors, hf_prefix: str, shape: ModelConfig, tp: int, rank: int, dtype: torch.dtype,
                   where: str, *, input_norm: bool = True) -> Tensors:
     """One decoder layer for one TP rank, TensorRT-LLM suffixes (no prefix)."""
     H, q, kv = shape.hidden_size, shape.q_size, shape.kv_size
-    if shape.num_attention_heads % tp:
-        raise ConvertError(f"{where}: {shape.num_attention_heads} attention heads cannot be split over "
+    if shape.num_heads % tp:
+        raise ConvertError(f"{where}: {shape.num_heads} attention heads cannot be split over "
                            f"tensor_parallel={tp}", hint="choose a tensor_parallel size that divides the heads")
     out: Tensors = {}
     wq = need(sd, hf_prefix + "self_attn.q_proj.weight", where, (q, H))
     wk = need(sd, hf_prefix + "self_attn.k_proj.weight", where, (kv, H))
     wv = need(sd, hf_prefix + "self_attn.v_proj.weight", where, (kv, H))
-    nkv = shape.num_key_value_heads
+    nkv = shape.num_kv_heads
     out["attention.qkv.weight"] = _cast(torch.cat([sh.split(wq, tp, rank), sh.split_kv(wk, nkv, tp, rank),
                                                    sh.split_kv(wv, nkv, tp, rank)]), dtype)
     if hf_prefix + "self_attn.q_proj.bias" in sd:
@@ -156,7 +157,7 @@ def layer_weights(sd: Tensors, hf_prefix: str, shape: LlamaShape, tp: int, rank:
     return out
 
 
-def base_rank_weights(sd: Tensors, shape: LlamaShape, mapping: sh.Mapping, tp_rank: int, pp_rank: int,
+def base_rank_weights(sd: Tensors, shape: ModelConfig, mapping: sh.Mapping, tp_rank: int, pp_rank: int,
                       dtype: torch.dtype, where: str) -> Tensors:
     tp = mapping.tp_size
     out: Tensors = {}
@@ -164,7 +165,7 @@ def base_rank_weights(sd: Tensors, shape: LlamaShape, mapping: sh.Mapping, tp_ra
     embed = need(sd, "model.embed_tokens.weight", where, (V, H))
     if pp_rank == 0:
         out["transformer.vocab_embedding.weight"] = _cast(embed, dtype)
-    layers = sh.pp_layers(shape.num_hidden_layers, mapping.pp_size, pp_rank)
+    layers = sh.pp_layers(shape.num_layers, mapping.pp_size, pp_rank)
     for local, layer in enumerate(layers):
         for k, v in layer_weights(sd, f"model.layers.{layer}.", shape, tp, tp_rank, dtype, where).items():
             out[f"transformer.layers.{local}.{k}"] = v
@@ -183,7 +184,7 @@ def base_rank_weights(sd: Tensors, shape: LlamaShape, mapping: sh.Mapping, tp_ra
     return out
 
 
-def medusa_rank_weights(heads: Tensors, shape: LlamaShape, mapping: sh.Mapping, tp_rank: int, pp_rank: int,
+def medusa_rank_weights(heads: Tensors, shape: ModelConfig, mapping: sh.Mapping, tp_rank: int, pp_rank: int,
                         num_heads: int, num_layers: int, dtype: torch.dtype, where: str) -> Tensors:
     if pp_rank != mapping.pp_size - 1:
         return {}
@@ -200,7 +201,7 @@ def medusa_rank_weights(heads: Tensors, shape: LlamaShape, mapping: sh.Mapping, 
     return out
 
 
-def eagle_rank_weights(eagle: Tensors, eagle_shape: LlamaShape, target: Tensors, shape: LlamaShape,
+def eagle_rank_weights(eagle: Tensors, eagle_shape: ModelConfig, target: Tensors, shape: ModelConfig,
                        mapping: sh.Mapping, tp_rank: int, num_eagle_layers: int, dtype: torch.dtype,
                        where: str) -> Tensors:
     tp, H = mapping.tp_size, shape.hidden_size
@@ -210,7 +211,7 @@ def eagle_rank_weights(eagle: Tensors, eagle_shape: LlamaShape, target: Tensors,
         per_net["drafter.fc.bias"] = _cast(sh.split(need(eagle, "fc.bias", where, (H,)), tp, tp_rank), dtype)
     embed = eagle.get("embed_tokens.weight", target["model.embed_tokens.weight"])
     per_net["drafter.vocab_embedding.weight"] = _cast(embed, dtype)
-    for j in range(eagle_shape.num_hidden_layers):
+    for j in range(eagle_shape.num_layers):
         layer = layer_weights(eagle, f"layers.{j}.", eagle_shape, tp, tp_rank, dtype, where, input_norm=j > 0)
         per_net.update({f"drafter.layers.{j}.{k}": v for k, v in layer.items()})
     head = target.get("lm_head.weight")
@@ -223,19 +224,19 @@ def eagle_rank_weights(eagle: Tensors, eagle_shape: LlamaShape, target: Tensors,
 # -------------------------------------------------------------------------------- ranks -> HF
 
 
-def _layer_from_ranks(parts: list[Tensors], prefix: str, shape: LlamaShape, tp: int, dtype: torch.dtype,
+def _layer_from_ranks(parts: list[Tensors], prefix: str, shape: ModelConfig, tp: int, dtype: torch.dtype,
                       hf_prefix: str) -> Tensors:
     out: Tensors = {}
     qr = shape.q_size // tp
-    kvr = sh.kv_heads_per_rank(shape.num_key_value_heads, tp) * shape.head_dim
+    kvr = sh.kv_heads_per_rank(shape.num_kv_heads, tp) * shape.head_dim
     for suffix in ("weight", "bias"):
         key = f"{prefix}attention.qkv.{suffix}"
         if key not in parts[0]:
             continue
         qs, ks, vs = zip(*(torch.split(p[key], [qr, kvr, kvr], dim=0) for p in parts))
         out[f"{hf_prefix}self_attn.q_proj.{suffix}"] = sh.merge(list(qs))
-        out[f"{hf_prefix}self_attn.k_proj.{suffix}"] = sh.merge_kv(list(ks), shape.num_key_value_heads, tp)
-        out[f"{hf_prefix}self_attn.v_proj.{suffix}"] = sh.merge_kv(list(vs), shape.num_key_value_heads, tp)
+        out[f"{hf_prefix}self_attn.k_proj.{suffix}"] = sh.merge_kv(list(ks), shape.num_kv_heads, tp)
+        out[f"{hf_prefix}self_attn.v_proj.{suffix}"] = sh.merge_kv(list(vs), shape.num_kv_heads, tp)
     for trt, hf, kind in _LAYER_MAP:
         key = prefix + trt
         if key not in parts[0]:
@@ -254,7 +255,7 @@ def rank_parts(ranks: dict[int, Tensors], mapping: sh.Mapping, pp_rank: int) -> 
     return [ranks[pp_rank * mapping.tp_size + t] for t in range(mapping.tp_size)]
 
 
-def base_from_ranks(ranks: dict[int, Tensors], config: dict[str, Any], shape: LlamaShape,
+def base_from_ranks(ranks: dict[int, Tensors], config: dict[str, Any], shape: ModelConfig,
                     mapping: sh.Mapping) -> Tensors:
     tp, pp = mapping.tp_size, mapping.pp_size
     out: Tensors = {}
@@ -263,7 +264,7 @@ def base_from_ranks(ranks: dict[int, Tensors], config: dict[str, Any], shape: Ll
                                                       "transformer.vocab_embedding.weight")
     for p in range(pp):
         parts = rank_parts(ranks, mapping, p)
-        for local, layer in enumerate(sh.pp_layers(shape.num_hidden_layers, pp, p)):
+        for local, layer in enumerate(sh.pp_layers(shape.num_layers, pp, p)):
             out.update(_layer_from_ranks(parts, f"transformer.layers.{local}.", shape, tp, None,
                                          f"model.layers.{layer}."))
     last = rank_parts(ranks, mapping, pp - 1)
@@ -292,7 +293,7 @@ def medusa_from_ranks(ranks: dict[int, Tensors], config: dict[str, Any], mapping
     return out
 
 
-def eagle_from_ranks(ranks: dict[int, Tensors], config: dict[str, Any], eagle_shape: LlamaShape,
+def eagle_from_ranks(ranks: dict[int, Tensors], config: dict[str, Any], eagle_shape: ModelConfig,
                      mapping: sh.Mapping, target_embed: torch.Tensor) -> Tensors:
     parts = rank_parts(ranks, mapping, 0)
     tp = mapping.tp_size
@@ -312,7 +313,7 @@ def eagle_from_ranks(ranks: dict[int, Tensors], config: dict[str, Any], eagle_sh
     embed = sh.same_on_all([p[pre + "vocab_embedding.weight"] for p in parts], pre + "vocab_embedding.weight")
     if not torch.equal(embed, target_embed):
         out["embed_tokens.weight"] = embed
-    for j in range(eagle_shape.num_hidden_layers):
+    for j in range(eagle_shape.num_layers):
         out.update(_layer_from_ranks(parts, f"{pre}layers.{j}.", eagle_shape, tp, None, f"layers.{j}."))
     return out
 

@@ -1,8 +1,10 @@
 """A compact Llama for the torch runtime (gpt-fast style): HF checkpoint in, logits + hidden states out.
 
-What it reads: an HF Llama directory (`config.json` + `model.safetensors` or sharded safetensors with
-`model.safetensors.index.json`). Supported: GQA, `head_dim`, tied embeddings, attention/MLP biases,
-RoPE scaling `linear`, `llama3` and `dynamic` (see `rope_inv_freq`).
+What it reads: an HF Llama directory, its config through `trtspec.artifacts.hf.ModelConfig` (transformers'
+AutoConfig) and its weights through `trtspec.artifacts.weights` (`model.safetensors` or sharded safetensors
+with `model.safetensors.index.json`). What it runs (`check_supported`): Llama (model_type llama, silu), GQA,
+`head_dim`, tied embeddings, attention/MLP biases, full rotary with RoPE `default`, `linear`, `llama3` and
+`dynamic`, whose frequencies transformers' own rope functions compute (see `artifacts.hf.rope_inv_freq`).
 
 How it runs: one forward over a batch of rows, each row writing its new tokens' K/V at its own slots of a
 pre-allocated static cache (`KVCache`, [layers, batch, kv_heads, max_seq, head_dim]) and attending through an
@@ -18,127 +20,36 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
-import math
 import os
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from trtspec.artifacts.fs import read_json_object as read_json  # noqa: F401  (the proposers' config reader)
+from trtspec.artifacts.hf import ModelConfig, rope_inv_freq
+from trtspec.artifacts.weights import load_weights as load_safetensors
 from trtspec.errors import ModelError
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# The runtime's name for the config it runs (one class: the artifacts layer's).
+LlamaConfig = ModelConfig
+ROPE_TYPES = ("default", "linear", "llama3", "dynamic")
 
 
-@dataclasses.dataclass(frozen=True)
-class LlamaConfig:
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rms_norm_eps: float = 1e-6
-    rope_theta: float = 10000.0
-    rope_scaling: dict[str, Any] | None = None  # {"rope_type": "linear"|"llama3"|"dynamic", ...}
-    max_position_embeddings: int = 2048
-    tie_word_embeddings: bool = False
-    attention_bias: bool = False
-    mlp_bias: bool = False
-    eos_token_ids: tuple[int, ...] = ()
-    bos_token_id: int | None = None
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "config.json") -> "LlamaConfig":
-        model_type = d.get("model_type", "llama")
-        if model_type != "llama":
-            raise ModelError(f"{where}: model_type {model_type!r} is not supported (only 'llama')",
-                             hint="the torch runtime runs Llama-architecture checkpoints")
-        act = d.get("hidden_act", "silu")
-        if act != "silu":
-            raise ModelError(f"{where}: hidden_act {act!r} is not supported (only 'silu')")
-        try:
-            hidden, heads = int(d["hidden_size"]), int(d["num_attention_heads"])
-            rope = dict(d.get("rope_scaling") or d.get("rope_parameters") or {})
-            theta = float(d.get("rope_theta") or rope.get("rope_theta") or 10000.0)
-            rope_type = rope.get("rope_type", rope.get("type", "default"))
-            if float(rope.get("partial_rotary_factor", d.get("partial_rotary_factor") or 1.0)) != 1.0:
-                raise ModelError(f"{where}: partial_rotary_factor is not supported")
-            if rope_type not in ("default", "linear", "llama3", "dynamic"):
-                raise ModelError(f"{where}: rope type {rope_type!r} is not supported",
-                                 hint="supported: default, linear, llama3, dynamic")
-            eos = d.get("eos_token_id")
-            eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
-            return cls(
-                vocab_size=int(d["vocab_size"]),
-                hidden_size=hidden,
-                intermediate_size=int(d["intermediate_size"]),
-                num_layers=int(d["num_hidden_layers"]),
-                num_heads=heads,
-                num_kv_heads=int(d.get("num_key_value_heads") or heads),
-                head_dim=int(d.get("head_dim") or hidden // heads),
-                rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
-                rope_theta=theta,
-                rope_scaling=None if rope_type == "default" else {**rope, "rope_type": rope_type},
-                max_position_embeddings=int(d.get("max_position_embeddings", 2048)),
-                tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-                attention_bias=bool(d.get("attention_bias", False)),
-                mlp_bias=bool(d.get("mlp_bias", False)),
-                eos_token_ids=eos_ids,
-                bos_token_id=d.get("bos_token_id"),
-            )
-        except KeyError as exc:
-            raise ModelError(f"{where}: missing key {exc.args[0]!r}", hint="is this an HF Llama config?") from None
-
-    @property
-    def num_params(self) -> int:
-        """Parameters of the matmul weights (embeddings and LM head included, norms not)."""
-        attn = self.hidden_size * (2 * self.num_heads + 2 * self.num_kv_heads) * self.head_dim
-        mlp = 3 * self.hidden_size * self.intermediate_size
-        head = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
-        return self.num_layers * (attn + mlp) + self.vocab_size * self.hidden_size + head
-
-    @classmethod
-    def from_dir(cls, path: str | Path) -> "LlamaConfig":
-        return cls.from_dict(read_json(Path(path) / "config.json"), where=str(Path(path) / "config.json"))
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelError(f"{path}: not found", hint="point the spec at an HF checkpoint directory") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelError(f"{path}: not valid JSON ({exc})", hint="re-export the checkpoint") from None
-    if not isinstance(data, dict):  # every caller indexes it as an object
-        raise ModelError(f"{path}: not a JSON object", hint="re-export the checkpoint")
-    return data
-
-
-def load_safetensors(path: str | Path, filename: str = "model.safetensors") -> dict[str, torch.Tensor]:
-    """All tensors of a checkpoint dir: `filename`, or the shards listed in `<filename>.index.json`."""
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    single, index = path / filename, path / f"{filename}.index.json"
-    if single.is_file():
-        files = [single]
-    elif index.is_file():
-        files = [path / f for f in sorted(set(read_json(index)["weight_map"].values()))]
-    elif any(path.glob("*.bin")):
-        raise ModelError(f"{path}: only PyTorch .bin weights found", hint="save the checkpoint as safetensors")
-    else:
-        raise ModelError(f"{path}: no {filename} (or {filename}.index.json)")
-    weights: dict[str, torch.Tensor] = {}
-    for f in files:
-        try:
-            weights.update(load_file(str(f)))
-        except Exception as exc:  # safetensors raises its own error types
-            raise ModelError(f"{f}: cannot read safetensors ({exc})") from None
-    return weights
+def check_supported(cfg: ModelConfig) -> None:
+    """The torch runtime's capability check: what this module's forward computes exactly."""
+    where = cfg.source
+    if cfg.model_type != "llama":
+        raise ModelError(f"{where}: model_type {cfg.model_type!r} is not supported (only 'llama')",
+                         hint="the torch runtime runs Llama-architecture checkpoints")
+    if cfg.hidden_act != "silu":
+        raise ModelError(f"{where}: hidden_act {cfg.hidden_act!r} is not supported (only 'silu')")
+    if cfg.partial_rotary_factor != 1.0:
+        raise ModelError(f"{where}: partial_rotary_factor is not supported")
+    if cfg.rope_type not in ROPE_TYPES:
+        raise ModelError(f"{where}: rope type {cfg.rope_type!r} is not supported",
+                         hint=f"supported: {', '.join(ROPE_TYPES)}")
 
 
 def compute_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch.dtype:
@@ -177,45 +88,15 @@ def cpu_has_fast_bf16() -> bool:
 
 # ----------------------------------------------------------------------------------------------------- RoPE
 
-def rope_inv_freq(cfg: LlamaConfig, max_seq: int) -> torch.Tensor:
-    """Inverse frequencies [head_dim/2] as transformers computes them for each rope type.
-
-    `dynamic` (NTK) rescales the base once the sequence outgrows `max_position_embeddings`; transformers does
-    that per forward call, which changes the frequencies under already-cached keys. Here the frequencies are
-    fixed: identical to transformers up to `max_position_embeddings`, and for longer engines scaled for
-    `max_seq` (static NTK) from the start.
-    """
-    dim, base = cfg.head_dim, cfg.rope_theta
-    rs = cfg.rope_scaling or {"rope_type": "default"}
-    kind = rs["rope_type"]
-    if kind == "dynamic" and max_seq > cfg.max_position_embeddings:
-        factor = float(rs["factor"])
-        base = base * ((factor * max_seq / cfg.max_position_embeddings) - (factor - 1)) ** (dim / (dim - 2))
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float) / dim))
-    if kind == "linear":
-        inv_freq = inv_freq / float(rs["factor"])
-    elif kind == "llama3":
-        factor, low, high = float(rs["factor"]), float(rs["low_freq_factor"]), float(rs["high_freq_factor"])
-        old_len = float(rs.get("original_max_position_embeddings", cfg.max_position_embeddings))
-        low_wavelen, high_wavelen = old_len / low, old_len / high
-        wavelen = 2 * math.pi / inv_freq
-        scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
-        smooth = (old_len / wavelen - low) / (high - low)
-        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-        is_medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
-        inv_freq = torch.where(is_medium, smoothed, scaled)
-    return inv_freq
-
-
-def rope_tables(cfg: LlamaConfig, max_seq: int) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(cfg: ModelConfig, max_seq: int) -> tuple[torch.Tensor, torch.Tensor]:
     """cos [max_seq, D] and the sign-folded sin [max_seq, D] so that rope(x) = x*cos + roll(x, D/2)*sin."""
-    inv_freq = rope_inv_freq(cfg, max_seq)
+    inv_freq, scale = rope_inv_freq(cfg, max_seq)
     freqs = torch.arange(max_seq, dtype=torch.float)[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     half = cfg.head_dim // 2
-    sin = emb.sin()
+    sin = emb.sin() * scale
     sin[:, :half] = -sin[:, :half]  # rotate_half(x) = cat(-x2, x1) = roll(x, D/2) * [-1.., +1..]
-    return emb.cos(), sin
+    return emb.cos() * scale, sin
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -278,7 +159,7 @@ class LayerWeights:
     down: Linear
 
 
-def layer_from_hf(w: dict[str, torch.Tensor], prefix: str, cfg: LlamaConfig, dtype, device, *,
+def layer_from_hf(w: dict[str, torch.Tensor], prefix: str, cfg: ModelConfig, dtype, device, *,
                   input_norm: bool = True, weight_dtype: torch.dtype | None = None) -> LayerWeights:
     def get(name: str) -> torch.Tensor:
         key = prefix + name
@@ -315,7 +196,7 @@ def layer_from_hf(w: dict[str, torch.Tensor], prefix: str, cfg: LlamaConfig, dty
 class Llama:
     """Weights + a forward over the static KV cache. Not an nn.Module: plain tensors, no hooks, no grads."""
 
-    def __init__(self, cfg: LlamaConfig, weights: dict[str, torch.Tensor], *, dtype: torch.dtype = torch.float32,
+    def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], *, dtype: torch.dtype = torch.float32,
                  device: str | torch.device = "cpu", max_seq: int = 4096, name: str = "model",
                  prefix: str = "model.", input_norm: bool = True, final_norm: bool = True,
                  embed: torch.Tensor | None = None, lm_head: torch.Tensor | None = None,
@@ -323,6 +204,7 @@ class Llama:
         """`prefix`, `input_norm`, `final_norm`, `embed`, `lm_head` let a draft head (EAGLE: one layer without
         input norm or final norm, reusing the target's embeddings and LM head) use the same code.
         weight_dtype: dtype of the matmul weights if not `dtype` (bf16 drafters, see draft_dtype)."""
+        check_supported(cfg)
         self.cfg, self.dtype, self.device, self.name = cfg, dtype, torch.device(device), name
 
         def get(key: str) -> torch.Tensor:
@@ -365,7 +247,8 @@ class Llama:
     def from_dir(cls, path: str | Path, *, dtype: str | torch.dtype = "float32", device: str = "cpu",
                  max_seq: int = 4096, name: str | None = None, weight_dtype: torch.dtype | None = None) -> "Llama":
         """Load an HF Llama dir computing in compute_dtype(dtype, device); matmul weights in weight_dtype."""
-        cfg = LlamaConfig.from_dir(path)
+        cfg = ModelConfig.from_dir(path)
+        check_supported(cfg)  # before reading any weights
         return cls(cfg, load_safetensors(path), dtype=compute_dtype(dtype, device), device=device,
                    max_seq=max_seq, name=name or Path(path).name, weight_dtype=weight_dtype)
 

@@ -6,29 +6,29 @@ An engine's key is the sha256 of
      flags: its trtllm-build flags without path values,
      trtllm_version, gpu: {type, arch}}
 so changing one weight byte changes exactly one engine's key. File digests are stat-cached in
-the lock (trtspec.convert.fingerprint), which keeps an unchanged re-build well under a second.
+the lock (trtspec.artifacts.fs.file_digests), which keeps an unchanged re-build well under a second.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import re
 from pathlib import Path
 from typing import Any
 
-from trtspec.builders.lock import LOCK_NAME, digest, read_lock
+from trtspec.artifacts import manifest
+from trtspec.artifacts.fs import content_only, digest, file_digests, list_files
+from trtspec.artifacts.manifest import now  # noqa: F401  (the engines' built_at)
+from trtspec.builders.lock import LOCK_NAME, read_lock
 from trtspec.builders.trtllm.plan import BuildPlan, BuildStep
-from trtspec.convert.checkpoint import MANIFEST as CONVERT_MANIFEST
-from trtspec.convert.fingerprint import content_only, file_digests, tree_files
 
-LOCK_VERSION = 1
 RUNTIME = "trtllm-engine"
+CONVERT_MANIFEST = manifest.FILE_NAMES[manifest.CONVERT]
 
 
 def checkpoint_digests(ckpt_dir: Path, previous: dict[str, Any] | None = None, use_cache: bool = True
                        ) -> dict[str, dict[str, Any]]:
-    files = tree_files(ckpt_dir, exclude_names=(CONVERT_MANIFEST,))
+    files = list_files(ckpt_dir, (CONVERT_MANIFEST,), hidden=False)
     return file_digests(files, root=ckpt_dir, previous=previous, use_cache=use_cache)
 
 
@@ -38,7 +38,7 @@ def engine_key(step: BuildStep, ckpt: dict[str, dict[str, Any]], plan: BuildPlan
 
 
 def engine_digests(engine_dir: Path, previous: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
-    return file_digests(tree_files(engine_dir), root=engine_dir, previous=previous)
+    return file_digests(list_files(engine_dir, hidden=False), root=engine_dir, previous=previous)
 
 
 def engine_intact(engine_dir: Path, recorded: dict[str, Any] | None) -> bool:
@@ -47,10 +47,6 @@ def engine_intact(engine_dir: Path, recorded: dict[str, Any] | None) -> bool:
         return False
     current = engine_digests(engine_dir, recorded)
     return content_only(current) == content_only(recorded)
-
-
-def now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
 # ----------------------------------------------------------------------- compatibility

@@ -28,10 +28,11 @@ import math
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts import heads as layouts
+from trtspec.artifacts.hf import ModelConfig
 from trtspec.convert import params
-from trtspec.convert.hf import read_json
 from trtspec.convert.mapping import pp_layers
-from trtspec.errors import ConvertError
+from trtspec.errors import ModelError
 from trtspec.spec import Spec
 
 GiB = 1 << 30
@@ -125,33 +126,21 @@ class MemoryPlan:
 # ------------------------------------------------------------------------------ model sizes
 
 
-def _layer_params(cfg: dict[str, Any]) -> tuple[int, int]:
-    """(params of one decoder layer, of which split over TP) for an HF Llama config."""
-    H = cfg["hidden_size"]
-    nh = cfg["num_attention_heads"]
-    nkv = cfg.get("num_key_value_heads") or nh
-    hd = cfg.get("head_dim") or H // nh
-    inter = cfg.get("intermediate_size") or 4 * H
-    attn = H * nh * hd * 2 + H * nkv * hd * 2
-    mlp = 3 * H * inter
-    return attn + mlp + 2 * H, attn + mlp
+def _layer_params(cfg: ModelConfig) -> tuple[int, int]:
+    """(params of one decoder layer, of which split over TP): its matmuls and two norms."""
+    return cfg.layer_params + 2 * cfg.hidden_size, cfg.layer_params
 
 
-def _per_rank_layer(cfg: dict[str, Any], tp: int) -> float:
+def _per_rank_layer(cfg: ModelConfig, tp: int) -> float:
     total, split = _layer_params(cfg)
-    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
-    nkv = cfg.get("num_key_value_heads") or nh
-    hd = cfg.get("head_dim") or H // nh
+    H, nkv, hd = cfg.hidden_size, cfg.num_kv_heads, cfg.head_dim
     dup = max(tp // nkv, 1) if nkv < tp else 1  # duplicated KV heads
     kv_extra = (dup - 1) * 2 * H * nkv * hd / tp if nkv < tp else 0
     return (total - split) + split / tp + kv_extra
 
 
-def _kv_per_token(cfg: dict[str, Any], layers: int, tp: int, nbytes: int) -> int:
-    nh = cfg["num_attention_heads"]
-    nkv = cfg.get("num_key_value_heads") or nh
-    hd = cfg.get("head_dim") or cfg["hidden_size"] // nh
-    return 2 * layers * max(nkv // tp, 1) * hd * nbytes
+def _kv_per_token(cfg: ModelConfig, layers: int, tp: int, nbytes: int) -> int:
+    return 2 * layers * max(cfg.num_kv_heads // tp, 1) * cfg.head_dim * nbytes
 
 
 @dataclasses.dataclass
@@ -167,22 +156,21 @@ class _Sizes:
 def _model_sizes(spec: Spec, role: str, tp: int, pp: int) -> _Sizes:
     nbytes = DTYPE_BYTES[spec.model.dtype]
     model_dir = Path(spec.model.target if role == "target" else spec.speculative.draft)
-    cfg = read_json(model_dir / "config.json")
-    H, V, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
-    tied = bool(cfg.get("tie_word_embeddings", False))
+    cfg = ModelConfig.from_dir(model_dir)
+    H, V, L = cfg.hidden_size, cfg.vocab_size, cfg.num_layers
     layer_total, _ = _layer_params(cfg)
     vpad = -(-V // tp) * tp
-    total = V * H + L * layer_total + H + (0 if tied else V * H)
+    total = V * H + L * layer_total + H + (0 if cfg.tie_word_embeddings else V * H)
     extra_last, extra_kv = 0.0, 0
     if role == "target" and spec.method == "medusa":
-        hcfg = read_json(Path(spec.speculative.heads) / "config.json")
-        n, nl = int(hcfg.get("medusa_num_heads", 1)), int(hcfg.get("medusa_num_layers", 1))
+        hcfg = layouts.medusa_config(spec.speculative.heads)
+        n, nl = hcfg.num_heads, hcfg.num_layers
         total += n * (nl * (H * H + H) + V * H)
         extra_last = n * (nl * (H * H + H) / tp + vpad * H / tp)
     if role == "target" and spec.method == "eagle":
-        ecfg = {**cfg, **read_json(Path(spec.speculative.heads) / "config.json")}
+        ecfg = layouts.eagle_config(spec.speculative.heads, cfg)
         nets = params.eagle_tree_params(params.eagle_choices(spec))["num_eagle_layers"]
-        el = int(ecfg["num_hidden_layers"])
+        el = ecfg.num_layers
         e_layer_total, _ = _layer_params(ecfg)
         total += el * e_layer_total + 2 * H * H + H
         extra_last = nets * (el * _per_rank_layer(ecfg, tp) + (2 * H * H + H) / tp + V * H + vpad * H / tp)
@@ -200,8 +188,7 @@ def _model_sizes(spec: Spec, role: str, tp: int, pp: int) -> _Sizes:
             kv += extra_kv
         stage_bytes.append(w * nbytes)
         stage_kv.append(kv)
-    return _Sizes(int(total), int(max(stage_bytes)), int(max(stage_kv)), H,
-                  int(cfg.get("intermediate_size") or 4 * H), V)
+    return _Sizes(int(total), int(max(stage_bytes)), int(max(stage_kv)), H, cfg.intermediate_size, V)
 
 
 def _runtime_bytes(spec: Spec, s: _Sizes, tp: int, draft_len: int) -> int:
@@ -236,7 +223,7 @@ def memory_plan(spec: Spec, *, gpu_memory_bytes: int | None = None) -> MemoryPla
         tp, pp = tp_pp(spec, role)
         try:
             sizes[role] = _model_sizes(spec, role, tp, pp)
-        except (ConvertError, KeyError, TypeError, ValueError) as exc:
+        except ModelError as exc:
             problems.append(f"{role}: cannot size the model: {getattr(exc, 'message', exc)!s}")
     ws = spec.world_size
     target_devices = list(range(ws))
@@ -297,9 +284,10 @@ def _ceil3(x: float) -> float:
 
 
 def _medusa_heads(spec: Spec) -> int | None:
+    """The heads count, or None when it cannot be read (sizing the target then names the problem)."""
     if spec.method != "medusa" or spec.speculative.heads is None:
         return None
     try:
-        return int(read_json(Path(spec.speculative.heads) / "config.json").get("medusa_num_heads", 0)) or None
-    except ConvertError:
+        return layouts.medusa_num_heads(spec.speculative.heads)
+    except ModelError:
         return None

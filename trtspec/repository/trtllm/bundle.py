@@ -63,7 +63,7 @@ def bundle(spec: Spec, out: Path, *, engines_root: Path = Path("engines"), repo_
     tok_img = str(img / "tokenizer" / name)
     where: dict[str, str] = {"repository": str(img / "models" / name), "tokenizer": tok_img}
     if manifest["flavour"] == "trtllm-engine":
-        for role in manifest["engines"]:
+        for role in (manifest.get("inputs") or {}).get("engines", {}):
             src = Path(engines_root) / name / role  # not the recorded path: artifacts move between jobs
             if not (src / "config.json").is_file():
                 raise RepositoryError(f"engine {role} missing at {src}", hint="run `trtspec build` first")

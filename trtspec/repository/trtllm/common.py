@@ -8,12 +8,15 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from trtspec.builders.lock import read_json
+from trtspec import __version__
+from trtspec.artifacts import manifest as manifests
 from trtspec.names import inside
 from trtspec.repository import pbtxt
 from trtspec.repository.trtllm.io import Row
 
-MANIFEST = "trtspec.repo.json"
+MANIFEST = manifests.FILE_NAMES[manifests.REPOSITORY]
+MANIFEST_FORMAT = 1
+INPUT_KEYS = ("engines", "tokenizer_dir")  # what the repository points at: the manifest's inputs
 # Where the Triton TensorRT-LLM container keeps the backend's model templates and scripts.
 CONTAINER_MODELS = "/app/all_models"
 CONTAINER_LAUNCH = "/app/scripts/launch_triton_server.py"
@@ -48,13 +51,18 @@ def dynamic_batching(config: mc.ModelConfig, max_batch: int | None, delay_us: in
 
 
 def render(configs: dict[str, mc.ModelConfig], extra: dict[str, str], manifest: dict[str, Any]) -> dict[str, str]:
-    """{relative path: text} for a whole repository (configs, version dirs, extra files, manifest)."""
+    """{relative path: text} for a whole repository (configs, version dirs, extra files, manifest). The
+    manifest (kind "repository") has no creation time: equal renders are equal bytes."""
     files: dict[str, str] = {}
     for model, cfg in configs.items():
         files[f"{model}/config.pbtxt"] = pbtxt.to_text(cfg)
         files.setdefault(f"{model}/1/.gitkeep", "")
     files.update(extra)
-    files[MANIFEST] = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    inputs = {k: manifest[k] for k in INPUT_KEYS if k in manifest}
+    record = manifests.new(manifests.REPOSITORY, MANIFEST_FORMAT, created=None, inputs=inputs, outputs=sorted(files),
+                           versions={"trtspec": __version__},
+                           **{k: v for k, v in manifest.items() if k not in INPUT_KEYS})
+    files[MANIFEST] = json.dumps(record, indent=2, sort_keys=True) + "\n"
     return files
 
 
@@ -68,4 +76,4 @@ def write_files(root: Path, files: dict[str, str]) -> None:
 
 
 def read_manifest(repo_dir: Path) -> dict[str, Any] | None:
-    return read_json(Path(repo_dir) / MANIFEST)
+    return manifests.read(Path(repo_dir) / MANIFEST, manifests.REPOSITORY)

@@ -15,14 +15,13 @@ holds the `LLM(...)` arguments, `speculative_config` included, and `triton_confi
 
 from __future__ import annotations
 
-import json
-import struct
 from pathlib import Path
 from typing import Any
 
 import yaml
 from tritonclient.grpc import model_config_pb2 as mc
 
+from trtspec.artifacts import heads as layouts
 from trtspec.errors import RepositoryError
 from trtspec.repository.trtllm import io
 from trtspec.repository.trtllm.common import CONTAINER_MODELS, add_rows, cpu_instances, render
@@ -37,29 +36,9 @@ REFUSED = {
 }
 
 
-def _safetensors_keys(path: Path) -> list[str]:
-    """Tensor names from a safetensors header (no torch needed)."""
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-    return [k for k in header if k != "__metadata__"]
-
-
 def eagle_version(heads_dir: Path) -> int:
-    """3 for an EAGLE-3 head, 1 for an EAGLE-1/2 head (by config and tensor names)."""
-    heads_dir = Path(heads_dir)
-    try:
-        cfg = json.loads((heads_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise RepositoryError(f"{heads_dir}/config.json: {exc}", hint="point speculative.heads at the EAGLE head")
-    if any("eagle3" in str(a).lower() for a in cfg.get("architectures") or []):
-        return 3
-    keys: list[str] = []
-    for f in sorted(heads_dir.glob("*.safetensors")):
-        keys += _safetensors_keys(f)
-    if any(k.startswith("midlayer.") or k in ("d2t", "t2d") for k in keys):
-        return 3
-    return 1
+    """3 for an EAGLE-3 head, 1 for an EAGLE-1/2 head (artifacts.heads.eagle_version)."""
+    return layouts.eagle_version(heads_dir, RepositoryError)
 
 
 def speculative_config(spec: Spec) -> dict[str, Any] | None:

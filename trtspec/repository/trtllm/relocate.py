@@ -11,12 +11,12 @@ For llmapi repositories, `--checkpoints-from/--checkpoints-to` rewrite the path 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import yaml
 
+from trtspec.artifacts.fs import write_json
 from trtspec.errors import RepositoryError
 from trtspec.names import inside
 from trtspec.repository import pbtxt
@@ -62,11 +62,12 @@ def relocate_repository(repo_dir: Path, *, engines: str | None = None, tokenizer
             data["speculative_config"]["speculative_model"] = move(data["speculative_config"]["speculative_model"])
         yml.write_text(header + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         changed.append(str(yml))
+    inputs = manifest.setdefault("inputs", {})
     if engines:
-        manifest["engines"] = {r: str(Path(engines) / r) for r in manifest.get("engines", {})}
+        inputs["engines"] = {r: str(Path(engines) / r) for r in inputs.get("engines", {})}
     if tokenizer:
-        manifest["tokenizer_dir"] = tokenizer
-    (repo_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        inputs["tokenizer_dir"] = tokenizer
+    write_json(repo_dir / MANIFEST, manifest)
     return changed
 
 

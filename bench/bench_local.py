@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from trtspec.runtime import SamplingParams, SpecEngine  # noqa: E402
+from trtspec.runtime.stats import tokens_per_step  # noqa: E402
 from trtspec.spec import spec_from_dict  # noqa: E402
 
 METHODS = ["draft-model", "eagle", "medusa", "lookahead"]
@@ -86,33 +87,11 @@ def expected_tau(alpha: float, k: float) -> float:
 
 
 class StepLog:
-    """Per-step (drafted depth, accepted) of an engine, from its StepEvents via a wrapped _emit."""
+    """Per request-step (drafted depth, accepted) of an engine, from its per-step SpecDecodingStats."""
 
     def __init__(self, eng: SpecEngine):
         self.steps: list[tuple[int, int]] = []
-        orig = eng._step
-
-        def step():
-            before = {r.id: r.accepted for r in eng._active}
-            drafted = {}
-            orig_propose = eng.drafter.propose
-
-            def propose(rows, ks):
-                ds = orig_propose(rows, ks)
-                for r, d in zip(rows, ds):
-                    drafted[r.id] = d.depth
-                return ds
-
-            eng.drafter.propose = propose
-            reqs = list(eng._active)
-            try:
-                orig()
-            finally:
-                eng.drafter.propose = orig_propose
-            for r in reqs:
-                self.steps.append((drafted.get(r.id, 0), r.accepted - before[r.id]))
-
-        eng._step = step
+        eng.on_step.append(lambda stats: self.steps.extend(zip(stats.depths, stats.accepted)))
 
     def alpha(self) -> tuple[float, float, float]:
         """(α̂, mean drafted depth, E[τ]): α̂ over the steps that drafted; E[τ] averages the formula over all
@@ -196,7 +175,7 @@ def main(argv=None) -> int:
             log.steps.clear()
             t, res = run_engine(eng, prompts, args.new, None if adaptive else K)
             steps = sum(r.steps for r in res)
-            tau = sum(len(r.tokens) - 1 for r in res) / steps
+            tau = tokens_per_step(sum(len(r.tokens) - 1 for r in res), steps)  # prefill tokens excluded
             a, depth, e_tau = log.alpha()
             kc = (sum(r.draft_seconds for r in res) / steps) / per_token
             ideal = e_tau / (kc + 1)

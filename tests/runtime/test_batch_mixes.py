@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
 from tests.runtime.family import VOCAB, engine
-from trtspec.runtime import (AdaptiveConfig, Drafter, DraftModelDrafter, EagleDrafter, Llama, MedusaDrafter,
-                             NgramDrafter, SamplingParams, SpecEngine)
+from trtspec.runtime import (AdaptiveConfig, DraftModelProposer, EagleProposer, Llama, MedusaProposer,
+                             NgramProposer, Proposer, SamplingParams, SpecEngine)
 
 
 def test_draft_model_row_moved_during_a_step_without_drafts(fam):
@@ -43,17 +43,17 @@ def test_draft_model_row_moved_during_a_step_without_drafts(fam):
 # ------------------------------------------------------------------------------------------ property test
 
 TREE = [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]
-# method -> (drafter, K); `draft` is an independent random LM (rejected: adaptive K falls back and probes),
+# method -> (proposer, K); `draft` is an independent random LM (rejected: adaptive K falls back and probes),
 # `draft_near` a noisy copy of the target (accepted: long kept paths)
 METHODS = {
-    "none": (lambda root: Drafter(), 0),
-    "draft-model": (lambda root: DraftModelDrafter(root / "draft"), 4),
-    "draft-model-near": (lambda root: DraftModelDrafter(root / "draft_near"), 4),
-    "medusa-chain": (lambda root: MedusaDrafter(root / "medusa"), 3),
-    "medusa-tree": (lambda root: MedusaDrafter(root / "medusa", TREE), 6),
-    "eagle-chain": (lambda root: EagleDrafter(root / "eagle"), 4),
-    "eagle-tree": (lambda root: EagleDrafter(root / "eagle", TREE), 6),
-    "lookahead": (lambda root: NgramDrafter(3, 4), 4),
+    "none": (lambda root: Proposer(), 0),
+    "draft-model": (lambda root: DraftModelProposer(root / "draft"), 4),
+    "draft-model-near": (lambda root: DraftModelProposer(root / "draft_near"), 4),
+    "medusa-chain": (lambda root: MedusaProposer(root / "medusa"), 3),
+    "medusa-tree": (lambda root: MedusaProposer(root / "medusa", TREE), 6),
+    "eagle-chain": (lambda root: EagleProposer(root / "eagle"), 4),
+    "eagle-tree": (lambda root: EagleProposer(root / "eagle", TREE), 6),
+    "lookahead": (lambda root: NgramProposer(3, 4), 4),
 }
 MAX_NEW = 12
 ROWS = 3  # < the largest batch drawn: rows get refilled

@@ -11,8 +11,8 @@ import torch
 from tests.runtime import family
 from tests.runtime.family import VOCAB, engine
 from trtspec.errors import GenerationError
-from trtspec.runtime import Drafter, Draft, SamplingParams, SpecEngine
-from trtspec.runtime.engine import AdaptiveConfig, AdaptiveK, best_option, load_cap
+from trtspec.runtime import Draft, DraftPlan, Proposer, SamplingParams, SpecEngine
+from trtspec.runtime.scheduler import AdaptiveConfig, AdaptiveK, best_option, load_cap
 from trtspec.runtime.llama import Llama
 
 N_NEW = 40
@@ -101,7 +101,7 @@ def test_eagle_head_wired_like_its_target_is_accepted(tmp_path):
         assert depth_accepted > 1.2, kw  # random heads: ~0
 
 
-class OracleTree(Drafter):
+class OracleTree(Proposer):
     """Trees that hide the true greedy continuation among decoys, at a different sibling rank per depth, and
     break it at a varying depth: exercises tree masks, partial paths and the KV compaction of non-first nodes."""
 
@@ -111,18 +111,19 @@ class OracleTree(Drafter):
         self.truth = truth
         self.calls = 0
 
-    def max_draft_tokens(self, k):
-        return k
+    def setup(self, target, max_batch, max_seq, k):
+        return DraftPlan.chain(k)
 
     def max_nodes(self, k):
         return 3 * k
 
-    def propose(self, rows, ks):
+    def propose(self, batch):
         out = []
-        for row, k in zip(rows, ks):
+        for seq, k in zip(batch.seqs, batch.ks):
             self.calls += 1
-            done = len(row.seq) - len(row.prompt)
-            true = self.truth[tuple(row.prompt)][done:done + k]
+            prompt = max((p for p in self.truth if tuple(seq[:len(p)]) == p), key=len)
+            done = len(seq) - len(prompt)
+            true = self.truth[prompt][done:done + k]
             cut = self.calls % (k + 1)  # depth where the truth is replaced by a decoy
             tokens, parents, at = [], [], -1
             for d, t in enumerate(true):
@@ -187,11 +188,11 @@ def _first_tokens_exact(target: Llama, prompt: list[int], sp: SamplingParams) ->
     return out
 
 
-def _sampled_counts(root, n: int, sp: SamplingParams, prompt: list[int], drafter=None):
-    from trtspec.runtime.drafters import DraftModelDrafter
+def _sampled_counts(root, n: int, sp: SamplingParams, prompt: list[int], proposer=None):
+    from trtspec.runtime.proposers import DraftModelProposer
 
-    drafter = drafter or DraftModelDrafter(root / "draft")
-    eng = SpecEngine(Llama.from_dir(root / "target"), drafter, num_draft_tokens=drafter_k(drafter),
+    proposer = proposer or DraftModelProposer(root / "draft")
+    eng = SpecEngine(Llama.from_dir(root / "target"), proposer, num_draft_tokens=proposer_k(proposer),
                      max_batch_size=1024, max_input_len=8, max_output_len=8)
     res = eng.generate_batch([prompt] * n, [SamplingParams(**{**sp.__dict__, "seed": 1000 + i}) for i in range(n)])
     counts = torch.zeros(8, 8)
@@ -200,14 +201,14 @@ def _sampled_counts(root, n: int, sp: SamplingParams, prompt: list[int], drafter
     return counts, eng, res
 
 
-def drafter_k(drafter) -> int:
-    return len(drafter.choices) if getattr(drafter, "choices", None) else 2
+def proposer_k(proposer) -> int:
+    return len(proposer.choices) if getattr(proposer, "choices", None) else 2
 
 
 def test_sampled_draft_model_is_lossless_end_to_end(tiny_vocab):
     """20k seeded requests: the first two speculative tokens (one K=2 step) follow the target's processed joint
     distribution (chi-square), with top-k/temperature applied to both p and q."""
-    from test_sampling import chi2_z
+    from test_rejection import chi2_z
 
     sp = SamplingParams(max_new_tokens=3, temperature=0.9, top_k=6, num_draft_tokens=2)
     prompt = [1, 2, 3]  # max_new_tokens 3: the step after the prefill drafts K = 2 and emits tokens 1 and 2
@@ -219,10 +220,10 @@ def test_sampled_draft_model_is_lossless_end_to_end(tiny_vocab):
 
 
 def test_sampled_end_to_end_check_catches_a_broken_residual(tiny_vocab, monkeypatch):
-    from test_sampling import chi2_z
-    from trtspec.runtime import sampling
+    from test_rejection import chi2_z
+    from trtspec.runtime import rejection
 
-    monkeypatch.setattr(sampling, "residual", lambda p, q: p)
+    monkeypatch.setattr(rejection, "residual", lambda p, q: p)
     sp = SamplingParams(max_new_tokens=3, temperature=0.9, top_k=6, num_draft_tokens=2)
     counts, eng, _ = _sampled_counts(tiny_vocab, 20000, sp, [1, 2, 3])
     assert chi2_z(counts, _first_tokens_exact(eng.target, [1, 2, 3], sp)) > 8.0
@@ -230,13 +231,13 @@ def test_sampled_end_to_end_check_catches_a_broken_residual(tiny_vocab, monkeypa
 
 def test_sampled_medusa_tree_is_lossless_end_to_end(tiny_vocab):
     """Tree of deterministic candidates (point masses, siblings tested against the running residual)."""
-    from test_sampling import chi2_z
-    from trtspec.runtime.drafters import MedusaDrafter
+    from test_rejection import chi2_z
+    from trtspec.runtime.proposers import MedusaProposer
 
     family.save_medusa(tiny_vocab / "medusa", heads=2, hidden=16, vocab=8, seed=5, scale=1.0)
     tree = [[0], [1], [2], [0, 0], [0, 1], [1, 0]]
     sp = SamplingParams(max_new_tokens=3, temperature=1.0, top_p=0.95, num_draft_tokens=6)
-    counts, eng, res = _sampled_counts(tiny_vocab, 20000, sp, [4, 1], MedusaDrafter(tiny_vocab / "medusa", tree))
+    counts, eng, res = _sampled_counts(tiny_vocab, 20000, sp, [4, 1], MedusaProposer(tiny_vocab / "medusa", tree))
     assert sum(r.accepted for r in res) > 5000  # candidates are often right
     assert chi2_z(counts, _first_tokens_exact(eng.target, [4, 1], sp)) < 4.0
 
@@ -357,7 +358,7 @@ def test_stop_string_eos_and_stream(fam, prompts, plain):
 def test_streamed_text_never_shows_a_stop_string(fam, prompts):
     """A stop string spanning several steps: the text streamed before it completes holds back its beginning,
     so the events add up to the trimmed result text (not to the text with the stop string's first part)."""
-    from trtspec.runtime.engine import stop_prefix
+    from trtspec.runtime.detok import stop_prefix
 
     assert [stop_prefix(t, ("w3 w4 w5",)) for t in ("w1 w3", "w1 w3 w4", "w1 w3 w4 w", "w1 w6")] == [2, 5, 7, 0]
     eng = engine(fam, "none")
@@ -439,7 +440,7 @@ def test_adaptive_k_follows_the_formula_falls_back_and_probes():
 
 
 def test_tree_options_for_adaptive_k():
-    from trtspec.runtime.drafters import tree_from_choices, tree_options
+    from trtspec.runtime.proposer import tree_from_choices, tree_options
 
     tree = tree_from_choices([[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 1], [0, 0, 0, 0]])
     assert tree_options(tree, 8) == [(1, 1), (2, 1), (3, 2), (4, 2), (5, 2), (6, 3), (7, 3), (8, 4)]

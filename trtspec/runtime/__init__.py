@@ -1,13 +1,14 @@
-"""The torch speculative-decoding runtime: a compact Llama, a static KV cache, drafters, sampling and the
-SpecEngine scheduler (continuous batching).
+"""The torch speculative-decoding runtime: a compact Llama, a static KV cache, proposers, a rejection sampler
+and the SpecEngine (scheduler with continuous batching).
 
-    engine = SpecEngine.from_spec(spec)                  # target + drafter + tokenizer as the spec says
+    engine = SpecEngine.from_spec(spec)                  # target + proposer + tokenizer as the spec says
     engine.tokenizer, engine.method, engine.k_max
     engine.generate(prompt: str | list[int], params) -> GenerationResult
     engine.generate_batch(prompts, params | list[params]) -> list[GenerationResult]   # decoded together
     engine.stream(prompt, params) -> Iterator[StepEvent]
     engine.submit(prompt_ids, params, on_event) -> request id    # background scheduler thread
-    engine.cancel(request_id); engine.close()
+    engine.cancel(request_id); engine.close(); engine.drain(deadline)
+    engine.on_step.append(fn)                            # fn(SpecDecodingStats) after every step
 
 SamplingParams(max_new_tokens=128, temperature=0.0, top_k=0, top_p=1.0, seed=None, stop=(), end_id=None,
 num_draft_tokens=None): temperature 0 is greedy; end_id None = the model's EOS, -1 = none; num_draft_tokens
@@ -15,20 +16,41 @@ None = the spec's K with adaptive control, 0 = plain decoding, n = fixed K (<= t
 requests raise trtspec.errors.GenerationError (from generate/stream/submit alike): temperature must be 0 or
 finite >= 1e-5, top_k an integer >= 0, 0 < top_p <= 1, seed in [0, 2^64), end_id -1 or a token id, at most 16
 stop strings of at most 256 characters. A request's output does not depend on what it is batched with: greedy, and
-seeded sampling too (its random stream is its own), up to the rounding of batched matmuls (bf16 drafters
+seeded sampling too (its random stream is its own), up to the rounding of batched matmuls (bf16 proposers
 round a batch differently from one row).
 
-Modules: llama.py (model), cache.py (KV cache, masks), sampling.py (distributions, acceptance rules),
-drafters.py (none, draft-model, medusa, eagle, lookahead), engine.py (scheduler, API)."""
+Modules (as vLLM v1 splits a speculative engine):
+  engine.py     the API and the model runner: prefill and the speculative step (one screen)
+  scheduler.py  requests: validation, queue, admission, background thread, cancel, drain, adaptive K
+  proposer.py   the Proposer interface, Draft, chains/tries/trees; proposers/: none, draft-model, medusa,
+                eagle, lookahead (n-gram), one module each
+  rejection.py  the rejection sampler: greedy identity, min(1, p/q) + residual + bonus, trees, point masses
+  sampling.py   SamplingParams and processed distributions (temperature, top-k, top-p)
+  detok.py      tokens -> text and stop strings, for the engine and the served models alike
+  stats.py      SpecDecodingStats per step, RequestStats per request, the one tokens-per-step definition
+  llama.py, cache.py  the model and its static KV cache / step masks
 
-from trtspec.runtime.drafters import (Draft, Drafter, DraftModelDrafter, EagleDrafter, MedusaDrafter, NgramDrafter,
-                                      make_drafter)
-from trtspec.runtime.engine import AdaptiveConfig, GenerationResult, SpecEngine, StepEvent
-from trtspec.runtime.llama import Llama, LlamaConfig
-from trtspec.runtime.sampling import SamplingParams
+Names resolve lazily: detok and stats (no torch) serve the client and the served pre/postprocessing models,
+which must not pay for importing torch.
+"""
 
-__all__ = [
-    "SpecEngine", "SamplingParams", "StepEvent", "GenerationResult", "AdaptiveConfig",
-    "Llama", "LlamaConfig", "Draft", "Drafter", "DraftModelDrafter", "MedusaDrafter", "EagleDrafter",
-    "NgramDrafter", "make_drafter",
-]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "SpecEngine": "engine", "StepEvent": "scheduler", "GenerationResult": "scheduler",
+    "AdaptiveConfig": "scheduler", "SamplingParams": "sampling", "Llama": "llama", "LlamaConfig": "llama",
+    "Draft": "proposer", "DraftPlan": "proposer", "ProposalBatch": "proposer", "Proposer": "proposer",
+    "DraftModelProposer": "proposers", "MedusaProposer": "proposers", "EagleProposer": "proposers",
+    "NgramProposer": "proposers", "make_proposer": "proposers",
+    "SpecDecodingStats": "stats", "RequestStats": "stats",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trtspec.runtime' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"trtspec.runtime.{module}"), name)

@@ -115,6 +115,15 @@ def tree_inputs(lengths: list[int], trees: list[tuple[int, ...]], device="cpu") 
     return StepInputs(positions, list(lengths), mask[:, None])
 
 
+def draft_inputs(lengths: list[int], parents: list[tuple[int, ...]], T: int, device="cpu") -> StepInputs:
+    """A verify pass's inputs: per row [pending token, draft nodes...] after its `lengths[b]` slots, draft
+    node j with parent `parents[b][j]` (-1: the pending token); a causal chain when every draft is a chain,
+    else trees (padded to T)."""
+    if all(all(p == i - 1 for i, p in enumerate(ps)) for ps in parents):
+        return chain_inputs(lengths, T, device)
+    return tree_inputs(lengths, [(-1,) + tuple(p + 1 for p in ps) for ps in parents], device)
+
+
 @lru_cache(maxsize=512)
 def tree_structure(parents: tuple[int, ...], T: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(depth [T], ancestor-or-self matrix [T, T]) of a parent list, padded to T with isolated nodes."""

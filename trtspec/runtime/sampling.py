@@ -1,24 +1,10 @@
-"""Sampling parameters, processed distributions and the acceptance rules of speculative decoding.
-
-The rules follow reference/speculative-decoding.md. For a draft token x drawn from q where the target's
-distribution is p (both *processed*: temperature, top-k, top-p applied):
-
-    accept x with probability  min(1, p(x) / q(x))                       -> accept_probability
-    on rejection, sample from   norm(max(0, p - q))                       -> residual
-    if every draft is accepted, sample the bonus token from p
-
-Deterministic candidates (Medusa/EAGLE top-k, n-gram continuations) are drafts whose q is a point mass on x:
-the same two rules then read "accept with probability p(x)" and "on rejection, sample from p with x removed".
-Several candidate children of one node are tested one after the other against the running residual, which
-leaves the emitted token distributed exactly as p (tree verification). Greedy decoding is the temperature-0
-limit and is implemented as token identity: accept while the draft equals argmax p, then emit argmax p.
-"""
+"""Sampling parameters and processed distributions: what a request samples from, for the target and for a
+draft alike (the acceptance rules that compare the two are in rejection.py)."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-from typing import Iterator
+from collections.abc import Callable
 
 import torch
 
@@ -78,74 +64,9 @@ def sample(probs: torch.Tensor, u: float | torch.Tensor) -> torch.Tensor:
         max=probs.shape[-1] - 1)
 
 
-# ------------------------------------------------------------------------------------------- acceptance rules
-
-def accept_probability(p_x: torch.Tensor | float, q_x: torch.Tensor | float) -> torch.Tensor | float:
-    """min(1, p(x) / q(x))."""
-    p_x, q_x = float(p_x), float(q_x)
-    return min(1.0, p_x / q_x) if q_x > 0 else float(p_x > 0)
-
-
-def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm(max(0, p - q)): where to sample after rejecting a draft from q (p itself if nothing is left)."""
-    r = (p - q).clamp(min=0)
-    total = r.sum(-1, keepdim=True)
-    return torch.where(total > 0, r / total.clamp(min=1e-30), p)
-
-
-def point_mass(x: int, like: torch.Tensor) -> torch.Tensor:
-    """q of a deterministic candidate x."""
-    return torch.zeros_like(like).index_fill_(-1, torch.tensor([x], device=like.device), 1.0)
-
-
-def verify_greedy(target_argmax: list[int], tokens: list[int], children: list[list[int]]) -> tuple[list[int], int]:
-    """Greedy verification of a draft tree: walk down while a child equals the target's argmax.
-
-    target_argmax[i]: argmax of the target at input i (input 0 = the last committed token, input 1+j = draft
-    node j). children[i]: draft nodes under input i. Returns (accepted node path, the token emitted after it).
-    """
-    at, path = 0, []
-    while True:
-        want = target_argmax[at]
-        for j in children[at]:
-            if tokens[j] == want:
-                path.append(j)
-                at = j + 1
-                break
-        else:
-            return path, want
-
-
-def verify_sampled(p: torch.Tensor, tokens: list[int], children: list[list[int]], q: torch.Tensor | None,
-                   u: Iterator[float]) -> tuple[list[int], int]:
-    """Rejection-sampling verification of a draft tree (a chain is a tree with one child per node).
-
-    p [inputs, V]: the target's processed distributions; q [nodes, V]: the draft's, or None for deterministic
-    candidates (point masses). u: uniform draws. At each input, children are tested in order against the
-    running distribution (accept_probability), which becomes the residual after each rejection; the first
-    accepted child is descended into. When none is accepted (or there are none) the token is sampled from the
-    running distribution: the residual after a rejection, p itself at a leaf (the bonus token).
-    """
-    at, path = 0, []
-    while True:
-        dist = p[at]
-        for j in children[at]:
-            x = tokens[j]
-            qj = q[j] if q is not None else point_mass(x, dist)
-            if next(u) < accept_probability(dist[x], qj[x]):
-                path.append(j)
-                at = j + 1
-                break
-            dist = residual(dist, qj)
-        else:
-            return path, int(sample(dist, next(u)))
-
-
-@functools.lru_cache(maxsize=1024)
-def children_of(parents: tuple[int, ...]) -> list[list[int]]:
-    """Children per verify input: input 0 is the root (parent -1), input 1+j is draft node j (cached: do not
-    modify the result)."""
-    kids: list[list[int]] = [[] for _ in range(len(parents) + 1)]
-    for j, par in enumerate(parents):
-        kids[par + 1].append(j)
-    return kids
+def sample_token(logits: torch.Tensor, params: SamplingParams, draw: Callable[[int], list[float]]) -> int:
+    """One token from logits [V] as `params` say: argmax when greedy, else an inverse-CDF sample of the processed
+    distribution with one uniform from `draw` (the request's own generator)."""
+    if params.greedy:
+        return int(logits.argmax())
+    return int(sample(processed_probs(logits, params), draw(1)[0]))

@@ -1,4 +1,4 @@
-"""Each drafter proposes what its formula says: every proposal made inside a running engine (batched, with
+"""Each proposer proposes what its formula says: every proposal made inside a running engine (batched, with
 acceptances and rollbacks in between) is recomputed here from scratch, without caches, from the documented
 equations (trtspec/models/demo.py docstring) on transformers' hidden states."""
 
@@ -14,27 +14,28 @@ from safetensors.torch import load_file
 from tests.runtime import family
 from tests.runtime.family import engine
 from trtspec.runtime import SamplingParams
-from trtspec.runtime.drafters import NgramDrafter, tree_from_choices, trie
+from trtspec.runtime.proposer import tree_from_choices, trie
+from trtspec.runtime.proposers import NgramProposer
 
 TREE = [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]
 
 
 @pytest.fixture(autouse=True)
-def full_precision_drafters(monkeypatch):
-    """Compare against the float32 formulas exactly (drafters may run in bf16 on CPU otherwise)."""
+def full_precision_proposers(monkeypatch):
+    """Compare against the float32 formulas exactly (proposers may run in bf16 on CPU otherwise)."""
     monkeypatch.setenv("TRTSPEC_DRAFT_DTYPE", "float32")
 
 
 def record(eng):
-    """Log (sequence, draft) of every proposal the engine's drafter makes."""
-    log, orig = [], eng.drafter.propose
+    """Log (sequence, draft) of every proposal the engine's proposer makes."""
+    log, orig = [], eng.proposer.propose
 
-    def propose(rows, ks):
-        drafts = orig(rows, ks)
-        log.extend((list(r.seq), d) for r, d in zip(rows, drafts) if d.tokens)
+    def propose(batch):
+        drafts = orig(batch)
+        log.extend((list(seq), d) for seq, d in zip(batch.seqs, drafts) if d.tokens)
         return drafts
 
-    eng.drafter.propose = propose
+    eng.proposer.propose = propose
     return log
 
 
@@ -146,19 +147,16 @@ def test_eagle_proposals_follow_the_head_formula(fam, hf_target, tmp_path, oracl
 # ---------------------------------------------------------------------------------------------- n-gram
 
 def test_ngram_candidates_and_trie():
-    d = NgramDrafter(ngram=3, verification_set=2)
-
-    class Row:
-        pass
-
-    d.setup(None, 1, 64)
-    d.admit(0, None, None)
+    d = NgramProposer(ngram=3, verification_set=2)
+    d.setup(None, 1, 64, 4)
+    d.admit(0, None)
     seq = [1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 5, 2, 3]
     # last 3 tokens [5, 2, 3] never occurred; [2, 3] did, at 1..2 (-> 9 9 1) and 6..7 (-> 7 8 5): newest first
     assert d.candidates(0, seq, 3) == [[7, 8, 5], [9, 9, 1]]
     seq = seq + [7]  # [2, 3, 7] occurred once (6..8)
     assert d.candidates(0, seq, 4) == [[8, 5, 2, 3]]
-    assert d.candidates(0, [4, 4], 2) == [[4]] or True  # fresh index per row in real use
+    d.admit(0, None)  # a new request in row 0: a fresh index (else [4, 4] is looked up in the one above)
+    assert d.candidates(0, [4, 4], 2) == [[4]]
     t = trie([[1, 2, 3], [1, 2, 4], [5]])
     assert t.tokens == [1, 2, 3, 4, 5] and t.parents == (-1, 0, 1, 1, -1)
 

@@ -1,0 +1,95 @@
+"""draft-model: an independent small LM proposes a chain sampled from its processed distribution q."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from trtspec.runtime.cache import chain_inputs
+from trtspec.runtime.llama import Llama, LlamaConfig, draft_dtype
+from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, ProposalBatch, Proposer, chain
+from trtspec.runtime.sampling import processed_probs, sample
+
+
+class DraftModelProposer(Proposer):
+    """A small LM with its own KV cache, kept in sync with what the target accepted.
+
+    The draft cache holds a prefix of the row's sequence; each propose first feeds what it has not seen
+    (the pending token, plus the last accepted draft when all were accepted) and then samples K tokens, feeding
+    each of the first K-1 back. Afterwards its length is set to the part of what it fed that was accepted.
+    """
+
+    name = "draft-model"
+
+    def __init__(self, path: str | Path, dtype: str = "float32", device: str = "cpu",
+                 weight_dtype: torch.dtype | None = None):
+        self.path, self.dtype, self.device, self.weight_dtype = Path(path), dtype, device, weight_dtype
+
+    def setup(self, target: Llama, max_batch: int, max_seq: int, k: int) -> DraftPlan:
+        wdt = self.weight_dtype or draft_dtype(self.dtype, self.device, 4 * LlamaConfig.from_dir(self.path).num_params)
+        self.model = Llama.from_dir(self.path, dtype=self.dtype, device=self.device, max_seq=max_seq, name="draft",
+                                    weight_dtype=wdt)
+        self.cache = self.model.new_cache(max_batch, max_seq)
+        self.vocab = target.cfg.vocab_size
+        self._fed: list[tuple[int, int]] = []
+        return DraftPlan.chain(k)
+
+    def admit(self, row: int, hidden: torch.Tensor) -> None:
+        self.cache.lengths[row] = 0
+
+    def move_row(self, src: int, dst: int) -> None:
+        self.cache.move_row(src, dst)
+
+    def _logits(self, lg: torch.Tensor) -> torch.Tensor:
+        """The draft's logits over the target's vocabulary (a larger draft vocab is cut, a smaller one padded)."""
+        V = lg.shape[-1]
+        if V > self.vocab:
+            return lg[..., : self.vocab]
+        if V < self.vocab:
+            return F.pad(lg, (0, self.vocab - V), value=float("-inf"))
+        return lg
+
+    def propose(self, batch: ProposalBatch) -> list[Draft]:
+        ks, seqs, params = batch.ks, batch.seqs, batch.params
+        K, B = max(ks), len(batch)
+        if K == 0:
+            self._fed = []
+            return [EMPTY] * B
+        lengths = self.cache.lengths[:B]
+        feeds = [s[n:] for s, n in zip(seqs, lengths)]
+        T = max(len(f) for f in feeds)
+        tokens = torch.tensor([f + [0] * (T - len(f)) for f in feeds], device=self.device)
+        inp = chain_inputs(lengths, T, self.device)
+        last = torch.tensor([[len(f) - 1] for f in feeds], device=self.device)
+        lg, _ = self.model.forward(self.cache, inp.positions, inp.start, inp.mask, tokens=tokens, logits_at=last)
+        greedy = all(sp.greedy for sp in params)
+        # each sampling row draws exactly its own k uniforms: its random stream does not depend on the batch
+        u = None if greedy else torch.tensor([(draw(k) if not sp.greedy else [0.0] * k) + [0.0] * (K - k)
+                                              for draw, sp, k in zip(batch.draws, params, ks)])
+        n = [len(s) for s in seqs]
+        drafted, qs = [], []
+        for i in range(K):
+            lg = self._logits(lg[:, -1])
+            if greedy:
+                x = lg.argmax(-1)
+            else:
+                q = torch.stack([processed_probs(lg[b], sp) for b, sp in enumerate(params)])
+                x = sample(q, u[:, i])
+                qs.append(q)
+            drafted.append(x)
+            if i < K - 1:
+                inp = chain_inputs([m + i for m in n], 1, self.device)
+                lg, _ = self.model.forward(self.cache, inp.positions, inp.start, inp.mask, tokens=x[:, None])
+        self._fed = [(m, m + K - 1) for m in n]  # (sequence length before the step, what the cache holds)
+        toks = torch.stack(drafted, 1).tolist()
+        q_all = torch.stack(qs, 1) if qs else None
+        return [Draft(toks[b][:k], chain(k), None if q_all is None or params[b].greedy else q_all[b, :k])
+                if k else EMPTY for b, k in enumerate(ks)]
+
+    def commit(self, paths: list[list[int]], hidden: torch.Tensor) -> None:
+        fed, self._fed = self._fed, []  # this step's only: after a move_row it would describe another request
+        for b, ((before, n), path) in enumerate(zip(fed, paths)):
+            # keep what was fed up to the first fed token that is not in the sequence: before + accepted drafts
+            self.cache.lengths[b] = min(n, before + len(path))

@@ -1,0 +1,67 @@
+"""lookahead: training-free prompt-lookup n-grams, verified together as a trie."""
+
+from __future__ import annotations
+
+import torch
+
+from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, ProposalBatch, Proposer, trie
+
+
+class NgramProposer(Proposer):
+    """Training-free prompt-lookup drafting (the n-gram half of lookahead decoding; no Jacobi branch).
+
+    For match sizes n = ngram .. 1 (longest first) it looks up the row's last n tokens among earlier positions
+    of prompt + output and proposes what followed them, up to K tokens. The `verification_set` G most recent
+    distinct continuations of the longest size that matches are merged into a trie and verified together
+    (deterministic candidates: point masses). `window` (Jacobi lookahead branch) is not used. State per row:
+    an n-gram index of the row's sequence, extended as it grows.
+    """
+
+    name = "lookahead"
+
+    def __init__(self, ngram: int = 3, verification_set: int = 4):
+        self.ngram, self.G = ngram, max(1, verification_set)
+
+    def max_nodes(self, k: int) -> int:
+        return k * self.G
+
+    def setup(self, target, max_batch: int, max_seq: int, k: int) -> DraftPlan:
+        self.index: list[list[dict[tuple[int, ...], list[int]]]] = [[] for _ in range(max_batch)]
+        self.done = [0] * max_batch
+        return DraftPlan.chain(k)
+
+    def admit(self, row: int, hidden: torch.Tensor | None) -> None:
+        self.index[row] = [dict() for _ in range(self.ngram + 1)]
+        self.done[row] = 0
+
+    def move_row(self, src: int, dst: int) -> None:
+        self.index[dst], self.done[dst] = self.index[src], self.done[src]
+
+    def _update(self, b: int, seq: list[int]) -> None:
+        idx = self.index[b]
+        for j in range(self.done[b], len(seq)):
+            for n in range(1, min(self.ngram, j + 1) + 1):
+                idx[n].setdefault(tuple(seq[j - n + 1:j + 1]), []).append(j)
+        self.done[b] = len(seq)
+
+    def candidates(self, b: int, seq: list[int], k: int) -> list[list[int]]:
+        """Up to G continuations (at most k tokens each) of the longest n-gram that ends `seq` and occurred
+        before, newest first; row b's index is extended with what `seq` added since the last call."""
+        self._update(b, seq)
+        end = len(seq) - 1
+        for n in range(min(self.ngram, len(seq)), 0, -1):
+            found: list[list[int]] = []
+            for j in reversed(self.index[b][n].get(tuple(seq[-n:]), ())):
+                if j == end:
+                    continue
+                cont = seq[j + 1:j + 1 + k]
+                if cont not in found:
+                    found.append(cont)
+                    if len(found) == self.G:
+                        break
+            if found:
+                return found
+        return []
+
+    def propose(self, batch: ProposalBatch) -> list[Draft]:
+        return [trie(self.candidates(b, seq, k)) if k else EMPTY for b, (seq, k) in enumerate(zip(batch.seqs, batch.ks))]

@@ -118,29 +118,22 @@ def _stream_local(engine, text, params, on_text) -> dict:
     """Stream in-process, printing text as steps complete; returns the same fields as generate()."""
     import time
 
+    from trtspec.runtime.stats import RequestStats
+
     start = time.perf_counter()
-    d = {"text": "", "tokens": [], "steps": 0, "drafted": 0, "accepted": 0, "draft_seconds": 0.0, "verify_seconds": 0.0,
-         "ttft_seconds": None, "finish_reason": None}
-    first = 0  # tokens of the prefill's event, which is not a verify step (as in GenerationResult)
-    for i, event in enumerate(engine.stream(text, params)):
-        if d["ttft_seconds"] is None and event.tokens:
-            d["ttft_seconds"] = time.perf_counter() - start
-        d["tokens"].extend(event.tokens)
-        if i == 0:
-            first = len(event.tokens)
-        elif event.tokens or event.drafted:
-            d["steps"] += 1
-        d["drafted"] += event.drafted
-        d["accepted"] += event.accepted
-        d["draft_seconds"] += event.draft_seconds
-        d["verify_seconds"] += event.verify_seconds
-        d["finish_reason"] = event.finish_reason
-        d["text"] += event.text
+    stats, tokens, pieces, ttft, reason = RequestStats(), [], [], None, None
+    for event in engine.stream(text, params):
+        if ttft is None and event.tokens:
+            ttft = time.perf_counter() - start
+        stats.observe(event)
+        tokens.extend(event.tokens)
+        pieces.append(event.text)
+        reason = event.finish_reason
         on_text(event.text)
-    d["seconds"] = time.perf_counter() - start
-    d["acceptance_rate"] = d["accepted"] / d["drafted"] if d["drafted"] else 0.0
-    d["tokens_per_step"] = (len(d["tokens"]) - first) / d["steps"] if d["steps"] else 0.0
-    return d
+    return {"text": "".join(pieces), "tokens": tokens, "steps": stats.steps, "drafted": stats.drafted,
+            "accepted": stats.accepted, "draft_seconds": stats.draft_seconds, "verify_seconds": stats.verify_seconds,
+            "ttft_seconds": ttft, "finish_reason": reason, "seconds": time.perf_counter() - start,
+            "acceptance_rate": stats.acceptance_rate, "tokens_per_step": stats.tokens_per_step}
 
 
 def _remote(config, url, text, max_tokens, temperature, top_k, top_p, seed, k, stop, stream, timeout,

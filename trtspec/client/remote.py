@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.errors import ClientError
+from trtspec.runtime.stats import tokens_per_step
 
 DEFAULT_MODEL = "ensemble"
 
@@ -48,9 +49,10 @@ class RemoteResult:
         return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
 
     @property
-    def tokens_per_step(self) -> float | None:
-        """Tokens per verify step; the first token comes from the prefill, not from a step."""
-        return (self.new_tokens - 1) / self.steps if self.steps else None
+    def tokens_per_step(self) -> float:
+        """As trtspec.runtime.stats defines it: the first token comes from the prefill, not from a step
+        (0.0 with no step, or from a server that does not count steps)."""
+        return tokens_per_step(max(0, self.new_tokens - 1), self.steps)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -1,6 +1,6 @@
 """Plain-Python pieces of the emitted Python-backend models (no `triton_python_backend_utils`
 import here, so they can be unit-tested): parameters, engine-dir resolution, request checks and
-the per-request stream state of the generation model.
+the recent-steps gauges of the generation model.
 
 Every request failure leaves a model as one line: a bad request (`RequestError`, the engine's
 `GenerationError`) says what to fix and goes back as INVALID_ARG (HTTP 400, gRPC INVALID_ARGUMENT);
@@ -16,11 +16,11 @@ import os
 import threading
 import traceback
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trtspec.errors import GenerationError
+from trtspec.runtime.stats import SpecDecodingStats, acceptance_rate, tokens_per_step
 
 ENGINE_DIR_ENV = "TRTSPEC_ENGINE_DIR"       # overrides the `engine_dir` parameter of every model
 ENGINE_SPEC = "spec.json"                    # engines/<name>/spec.json: the spec, paths relative to it
@@ -198,35 +198,20 @@ def check_parameters(parameters: str | dict | None, allowed: set[str]) -> None:
                            f"known inputs: {', '.join(sorted(allowed))}")
 
 
-@dataclass
-class StreamStats:
-    """What one request has produced so far (sent along with every response)."""
-
-    events: int = 0          # engine events received (the first one carries the prefill's token)
-    tokens: int = 0
-    steps: int = 0           # verify steps (events after the prefill)
-    drafted: int = 0
-    accepted: int = 0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-
 class RecentSteps:
-    """Acceptance rate and tokens per step over the last `n` steps of any request (the gauges)."""
+    """Acceptance rate and tokens per step over the engine's last `n` steps (the gauges), from the engine's
+    per-step SpecDecodingStats; tokens per step as trtspec.runtime.stats defines it (per request-step)."""
 
     def __init__(self, n: int = 256):
-        self._steps: deque[tuple[int, int, int]] = deque(maxlen=n)
+        self._steps: deque[tuple[int, int, int, int]] = deque(maxlen=n)
         self._lock = threading.Lock()
 
-    def add(self, tokens: int, drafted: int, accepted: int) -> tuple[float, float]:
+    def add(self, step: SpecDecodingStats) -> tuple[float, float]:
         with self._lock:
-            self._steps.append((tokens, drafted, accepted))
-            tok = sum(s[0] for s in self._steps)
-            dr = sum(s[1] for s in self._steps)
-            acc = sum(s[2] for s in self._steps)
-            return (acc / dr if dr else 0.0), tok / len(self._steps)
+            self._steps.append((step.num_emitted_tokens, step.num_draft_tokens, step.num_accepted_tokens,
+                                step.batch_size))
+            tokens, drafted, accepted, steps = (sum(column) for column in zip(*self._steps))
+            return acceptance_rate(accepted, drafted), tokens_per_step(tokens, steps)
 
 
 # --------------------------------------------------------------------------------------------

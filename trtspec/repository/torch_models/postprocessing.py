@@ -5,7 +5,7 @@ accepted ids (TOKENS_BATCH) and a detokenization context (CONTEXT_IDS); the text
 those ids add, holding back an incomplete UTF-8 character until it is complete or the request
 ends (IS_FINAL). With stop strings (STOP_WORDS) a tail that may grow into one is held back as well,
 and the final text loses its last STOP_TRIM characters (the stop string and what follows, as the
-engine trims them). See trtspec/repository/textio.py.
+engine trims them). See trtspec/runtime/detok.py.
 The speculative-decoding counters pass through unchanged (one ensemble response per step).
 Inputs are checked (at least one id, ids in 0..vocab-1, lengths within the ids, one row per request), so a
 direct call with bad ids gets a one-line error, never a tokenizer traceback.
@@ -16,6 +16,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from trtspec.repository import serving, textio
+from trtspec.runtime import detok
 
 PASS_THROUGH = {  # input -> (output, dtype)
     "ACCEPTANCE_RATE": ("OUT_ACCEPTANCE_RATE", np.float32),
@@ -77,7 +78,7 @@ class TritonPythonModel:
             is_final = bool(final[b].reshape(-1)[0]) if final is not None and final[b].size else True
             cut = max(0, int(trim[b].reshape(-1)[0])) if trim is not None and trim[b].size else 0
             words = [w.decode("utf-8", errors="replace") for w in stop[b].reshape(-1) if w] if stop is not None else []
-            texts.append(textio.text_delta(self.tokenizer, ctx, delta, is_final, cut, words).encode("utf-8"))
+            texts.append(detok.text_delta(self.tokenizer, ctx, delta, is_final, cut, words).encode("utf-8"))
         outputs = [pb_utils.Tensor("OUTPUT", np.asarray(texts, dtype=np.object_).reshape(batch, 1))]
         for name, (out, dtype) in PASS_THROUGH.items():
             value = _input(request, name)

@@ -6,7 +6,7 @@ unchanged: inputs input_ids, input_lengths, request_output_len, end_id, temperat
 runtime_top_k, runtime_top_p, seed, streaming, plus stop_words (strings) and num_draft_tokens
 (0 = no speculation); outputs output_ids / sequence_length (the ids accepted since the previous
 response; all of them when not streaming), context_ids, is_final, stop_trim and stop_words_out (for
-exact streaming detokenization in `postprocessing`, see trtspec/repository/textio.py) and the per-request
+exact streaming detokenization in `postprocessing`, see trtspec/runtime/detok.py) and the per-request
 counters acceptance_rate, total_accepted_draft_tokens, total_draft_tokens, num_output_tokens,
 num_steps.
 
@@ -18,7 +18,9 @@ itself: an *ensemble* request cancelled by its client is never seen as cancelled
 stays false and every send succeeds), so it runs to its end and counts as completed.
 A bad request fails with one line (INVALID_ARG); any other failure sends "internal error" and logs
 the traceback (`serving.triton_error`). Prometheus metrics (labels model, method) are made with
-`pb_utils.MetricFamily`; latencies are `_sum`/`_count` counter pairs (mean = rate(sum)/rate(count)).
+`pb_utils.MetricFamily` and fed by the engine's per-step SpecDecodingStats (engine.on_step); latencies are
+`_sum`/`_count` counter pairs (mean = rate(sum)/rate(count)); spec_dec_accepted_tokens_per_position_total
+{position="i"} counts accepted tokens per draft position, as vLLM's spec_decode_num_accepted_tokens_per_pos.
 """
 
 import json
@@ -26,7 +28,9 @@ import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from trtspec.repository import serving, textio
+from trtspec.repository import serving
+from trtspec.runtime import detok
+from trtspec.runtime.stats import RequestStats
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -36,53 +40,69 @@ def _input(request, name):
     return None if tensor is None else tensor.as_numpy()
 
 
-class Metrics:
-    """The spec_dec_* Prometheus families of one model instance."""
+COUNTER, GAUGE = "COUNTER", "GAUGE"  # pb_utils.MetricFamily.<kind> (it exists once the stub runs, not at import)
+FAMILIES = (  # attribute, Prometheus name, kind, description (labels: model, method)
+    ("requests", "spec_dec_requests_total", COUNTER, "Generation requests completed"),
+    ("failures", "spec_dec_request_failures_total", COUNTER, "Generation requests rejected or failed"),
+    ("cancelled", "spec_dec_requests_cancelled_total", COUNTER,
+     "Generation requests cancelled by their client (direct requests; Triton 2.51 does not pass on the "
+     "cancellation of an ensemble request)"),
+    ("prompt_tokens", "spec_dec_prompt_tokens_total", COUNTER, "Prompt tokens of accepted requests"),
+    ("generated", "spec_dec_generated_tokens_total", COUNTER, "Tokens generated (emitted to clients)"),
+    ("steps", "spec_dec_steps_total", COUNTER, "Verify steps (request-steps after the prefill)"),
+    ("drafts", "spec_dec_drafts_total", COUNTER,
+     "Verify steps that drafted at least one token (per-position acceptance: "
+     "spec_dec_accepted_tokens_per_position_total / this)"),
+    ("drafted", "spec_dec_draft_tokens_total", COUNTER, "Draft tokens proposed"),
+    ("accepted", "spec_dec_accepted_tokens_total", COUNTER, "Draft tokens accepted by the target"),
+    ("draft_sum", "spec_dec_draft_latency_seconds_sum", COUNTER,
+     "Seconds spent drafting, summed per request-step (a batched step counts once per request in it)"),
+    ("draft_count", "spec_dec_draft_latency_seconds_count", COUNTER, "Request-steps timed for drafting"),
+    ("verify_sum", "spec_dec_verify_latency_seconds_sum", COUNTER,
+     "Seconds spent verifying, summed per request-step (a batched step counts once per request in it)"),
+    ("verify_count", "spec_dec_verify_latency_seconds_count", COUNTER, "Request-steps timed for verifying"),
+    ("acceptance_rate", "spec_dec_acceptance_rate", GAUGE,
+     "Accepted / drafted tokens over the engine's last 256 (batched) steps"),
+    ("tokens_per_step", "spec_dec_tokens_per_step", GAUGE,
+     "Tokens emitted per verify step (prefill tokens excluded) over the engine's last 256 steps"),
+)
+PER_POSITION = "spec_dec_accepted_tokens_per_position_total"  # vLLM: vllm:spec_decode_num_accepted_tokens_per_pos
 
-    def __init__(self, model, method):
+
+class Metrics:
+    """The spec_dec_* Prometheus families of one model instance, fed by the engine's per-step
+    SpecDecodingStats (`observe`, an engine.on_step observer) and by the request lifecycle."""
+
+    def __init__(self, model, method, positions):
         labels = {"model": model, "method": method}
         self.families = []  # a Metric works only while its MetricFamily is alive
-
-        def make(name, description, kind):
-            family = pb_utils.MetricFamily(name=name, description=description, kind=kind)
+        for attribute, name, kind, description in FAMILIES:
+            family = pb_utils.MetricFamily(name=name, description=description,
+                                           kind=getattr(pb_utils.MetricFamily, kind))
             self.families.append(family)
-            return family.Metric(labels=labels)
-
-        counter, gauge = pb_utils.MetricFamily.COUNTER, pb_utils.MetricFamily.GAUGE
-        self.requests = make("spec_dec_requests_total", "Generation requests completed", counter)
-        self.failures = make("spec_dec_request_failures_total", "Generation requests rejected or failed", counter)
-        self.cancelled = make("spec_dec_requests_cancelled_total",
-                              "Generation requests cancelled by their client (direct requests; Triton 2.51 does "
-                              "not pass on the cancellation of an ensemble request)", counter)
-        self.prompt_tokens = make("spec_dec_prompt_tokens_total", "Prompt tokens of accepted requests", counter)
-        self.generated = make("spec_dec_generated_tokens_total", "Tokens generated (emitted to clients)", counter)
-        self.steps = make("spec_dec_steps_total", "Verify steps (request-steps after the prefill)", counter)
-        self.drafted = make("spec_dec_draft_tokens_total", "Draft tokens proposed", counter)
-        self.accepted = make("spec_dec_accepted_tokens_total", "Draft tokens accepted by the target", counter)
-        self.draft_sum = make("spec_dec_draft_latency_seconds_sum",
-                              "Seconds spent drafting, summed per request-step (a batched step counts once "
-                              "per request in it)", counter)
-        self.draft_count = make("spec_dec_draft_latency_seconds_count", "Request-steps timed for drafting", counter)
-        self.verify_sum = make("spec_dec_verify_latency_seconds_sum",
-                               "Seconds spent verifying, summed per request-step (a batched step counts once "
-                               "per request in it)", counter)
-        self.verify_count = make("spec_dec_verify_latency_seconds_count", "Request-steps timed for verifying", counter)
-        self.acceptance_rate = make("spec_dec_acceptance_rate",
-                                    "Accepted / drafted tokens over the last 256 steps", gauge)
-        self.tokens_per_step = make("spec_dec_tokens_per_step",
-                                    "Tokens emitted per verify step over the last 256 steps", gauge)
+            setattr(self, attribute, family.Metric(labels=labels))
+        family = pb_utils.MetricFamily(name=PER_POSITION, kind=pb_utils.MetricFamily.COUNTER,
+                                       description="Draft tokens accepted at each draft position (0: the first "
+                                                   "draft token; a tree counts the depth of the accepted path)")
+        self.families.append(family)
+        self.per_position = [family.Metric(labels={**labels, "position": str(i)}) for i in range(positions)]
         self.recent = serving.RecentSteps(256)
 
-    def step(self, event):
-        n = len(event.tokens)
-        self.steps.increment(1)
-        self.drafted.increment(event.drafted)
-        self.accepted.increment(event.accepted)
-        self.draft_sum.increment(float(event.draft_seconds))
-        self.draft_count.increment(1)
-        self.verify_sum.increment(float(event.verify_seconds))
-        self.verify_count.increment(1)
-        rate, per_step = self.recent.add(n, event.drafted, event.accepted)
+    def observe(self, step):
+        """One engine step (called on the engine's thread before the step's responses are sent)."""
+        n = step.batch_size
+        self.steps.increment(n)
+        self.drafts.increment(step.num_drafts)
+        self.drafted.increment(step.num_draft_tokens)
+        self.accepted.increment(step.num_accepted_tokens)
+        self.draft_sum.increment(float(step.draft_seconds) * n)
+        self.draft_count.increment(n)
+        self.verify_sum.increment(float(step.verify_seconds) * n)
+        self.verify_count.increment(n)
+        for metric, count in zip(self.per_position, step.accepted_per_position):
+            if count:
+                metric.increment(count)
+        rate, per_step = self.recent.add(step)
         self.acceptance_rate.set(rate)
         self.tokens_per_step.set(per_step)
 
@@ -96,10 +116,10 @@ class Stream:
         self.streaming = streaming
         self.stop = stop
         self.stop_words = np.asarray([[w.encode("utf-8") for w in stop] or [b""]], dtype=np.object_)
-        self.stats = serving.StreamStats()
+        self.stats = RequestStats()
         # with stop strings the context is the whole output: a held partial stop string may reach
-        # back past the last boundary token (see textio)
-        self.text = textio.ContextTracker(None if stop else model.boundary)
+        # back past the last boundary token (see trtspec/runtime/detok.py)
+        self.text = detok.ContextTracker(None if stop else model.boundary)
         self.done = False
 
     def response(self, context, delta, final, stop_trim=0):
@@ -130,13 +150,7 @@ class Stream:
 
     def _on_event(self, event):
         s = self.stats
-        if s.events and event.tokens:  # the first event is the prefill's token, not a verify step
-            s.steps += 1
-            self.model.metrics.step(event)
-        s.events += 1
-        s.tokens += len(event.tokens)
-        s.drafted += event.drafted
-        s.accepted += event.accepted
+        s.observe(event)  # (the step's spec_dec_* counters came from engine.on_step, before this event)
         self.model.metrics.generated.increment(len(event.tokens))
         if event.finish_reason == "shutdown":  # cut at the server's drain deadline: say so, do not hang
             self.fail(pb_utils.TritonError(f"generation cut after {s.tokens} tokens: the server is shutting down "
@@ -166,9 +180,7 @@ class Stream:
 
     def stop_trim(self):
         """Characters after the start of the stop string the engine stopped on (it trims them too)."""
-        full = textio.decode(self.model.tokenizer, self.text.tokens)
-        hits = [i for i in (full.find(s) for s in self.stop) if i >= 0]
-        return len(full) - min(hits) if hits else 0
+        return detok.stop_trim(self.model.tokenizer, self.text.tokens, self.stop)
 
     def fail(self, error):
         """End the request with `error` (a TritonError), or, if the client cancelled it, with the bare
@@ -202,9 +214,10 @@ class TritonPythonModel:
 
         self.engine = SpecEngine.from_spec(spec)
         self.tokenizer = self.engine.tokenizer
-        self.boundary = textio.boundary_tokens(self.tokenizer)
+        self.boundary = detok.boundary_tokens(self.tokenizer)
         self.limits = spec.limits
-        self.metrics = Metrics(spec.name, spec.method)
+        self.metrics = Metrics(spec.name, spec.method, self.engine.plan.max_depth)
+        self.engine.on_step.append(self.metrics.observe)
         serving.watch_server(on_drain=self.drain)  # exit with the server; drain when it stops
 
     def drain(self, deadline, refuse_new, on_idle):

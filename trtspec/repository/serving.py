@@ -33,6 +33,13 @@ class RequestError(GenerationError):
     """A bad request: the message goes back to that client only."""
 
 
+def input_array(pb_utils: Any, request: Any, name: str):
+    """A request's input `name` as a numpy array, None when the request does not carry it (`pb_utils`: the
+    model's triton_python_backend_utils)."""
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()
+
+
 def model_parameters(model_config: dict[str, Any]) -> dict[str, str]:
     """`parameters { key: "k" value { string_value: "v" } }` as a plain dict."""
     return {k: v.get("string_value", "") for k, v in (model_config.get("parameters") or {}).items()}

@@ -19,7 +19,6 @@ reference/speculative-decoding.md:
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
@@ -27,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
+from trtspec.artifacts.tokenizer import load_tokenizer
 from trtspec.errors import GenerationError
 from trtspec.runtime.cache import chain_inputs, draft_inputs
 from trtspec.runtime.llama import Llama
@@ -74,10 +74,7 @@ class SpecEngine:
         target = Llama.from_dir(spec.model.target, dtype=spec.model.dtype, device=spec.runtime.device,
                                 max_seq=lim.max_seq_len, name="target")
         if tokenizer is None:
-            os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(str(spec.tokenizer_dir))
+            tokenizer = load_tokenizer(spec.tokenizer_dir)
         a = spec.speculative.adaptive
         k = 0 if spec.speculative.method == "none" else spec.speculative.num_draft_tokens
         return cls(target, make_proposer(spec), tokenizer, max_batch_size=lim.max_batch_size,
@@ -103,7 +100,7 @@ class SpecEngine:
             if ev.finished and all(r.result is not None for r in reqs):
                 done.set()
 
-        reqs.extend(self._request(self._encode(p), sp, on_event) for p, sp in zip(prompts, plist))
+        reqs.extend(self._make(self._encode(p), sp, on_event) for p, sp in zip(prompts, plist))
         self.scheduler.enqueue(reqs)
         if self.scheduler.running:  # the background thread drives; wait for our requests
             done.wait()
@@ -117,7 +114,7 @@ class SpecEngine:
     def stream(self, prompt: str | Sequence[int], params: SamplingParams | None = None) -> Iterator[StepEvent]:
         """Events of one request as its steps happen (the first carries the prefill's token)."""
         events: queue.SimpleQueue[StepEvent] = queue.SimpleQueue()
-        req = self._request(self._encode(prompt), params or SamplingParams(), events.put)
+        req = self._make(self._encode(prompt), params or SamplingParams(), events.put)
         self.scheduler.enqueue([req])
         finished = False
         try:
@@ -146,7 +143,7 @@ class SpecEngine:
                ) -> str:
         """Queue a request for the background scheduler thread; events go to on_event (called on that thread).
         Invalid requests raise GenerationError here."""
-        req = self._request(token_ids(prompt_ids), params or SamplingParams(), on_event)
+        req = self._make(token_ids(prompt_ids), params or SamplingParams(), on_event)
         self.scheduler.enqueue([req])
         self.scheduler.start()
         return req.id
@@ -181,7 +178,7 @@ class SpecEngine:
             return list(self.tokenizer(prompt)["input_ids"])
         return token_ids(prompt)
 
-    def _request(self, prompt: list[int], params: SamplingParams, on_event) -> Request:
+    def _make(self, prompt: list[int], params: SamplingParams, on_event) -> Request:
         validate(prompt, params, vocab=self.target.cfg.vocab_size, max_input_len=self.max_input_len,
                  max_output_len=self.max_output_len, k_max=self.k_max, tokenizer=self.tokenizer)
         eos = self.eos_ids if params.end_id is None else frozenset() if params.end_id < 0 else frozenset([params.end_id])

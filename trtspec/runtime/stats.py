@@ -63,14 +63,6 @@ class SpecDecodingStats:
         """[i]: requests whose accepted path reached depth i + 1 (position 0 = the first draft token)."""
         return [sum(1 for a in self.accepted if a > i) for i in range(max(self.depths, default=0))]
 
-    @property
-    def acceptance_rate(self) -> float:
-        return acceptance_rate(self.num_accepted_tokens, self.num_draft_tokens)
-
-    @property
-    def tokens_per_step(self) -> float:
-        return tokens_per_step(self.num_emitted_tokens, self.batch_size)
-
 
 @dataclasses.dataclass(slots=True)
 class RequestStats:

@@ -12,6 +12,8 @@ direct call with bad ids gets a one-line error, never a tokenizer traceback.
 """
 
 
+import functools
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -27,9 +29,7 @@ PASS_THROUGH = {  # input -> (output, dtype)
 }
 
 
-def _input(request, name):
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    return None if tensor is None else tensor.as_numpy()
+_input = functools.partial(serving.input_array, pb_utils)  # (request, name) -> numpy array or None
 
 
 class TritonPythonModel:

@@ -15,15 +15,15 @@ tokenizing that hold up every request queued behind it.
 """
 
 
+import functools
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from trtspec.repository import serving, textio
 
 
-def _input(request, name):
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    return None if tensor is None else tensor.as_numpy()
+_input = functools.partial(serving.input_array, pb_utils)  # (request, name) -> numpy array or None
 
 
 class TritonPythonModel:

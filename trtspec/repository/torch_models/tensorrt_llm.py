@@ -23,6 +23,7 @@ the traceback (`serving.triton_error`). Prometheus metrics (labels model, method
 {position="i"} counts accepted tokens per draft position, as vLLM's spec_decode_num_accepted_tokens_per_pos.
 """
 
+import functools
 import json
 
 import numpy as np
@@ -35,9 +36,7 @@ from trtspec.runtime.stats import RequestStats
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
-def _input(request, name):
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    return None if tensor is None else tensor.as_numpy()
+_input = functools.partial(serving.input_array, pb_utils)  # (request, name) -> numpy array or None
 
 
 COUNTER, GAUGE = "COUNTER", "GAUGE"  # pb_utils.MetricFamily.<kind> (it exists once the stub runs, not at import)

@@ -47,7 +47,7 @@ METHODS = ["draft-model", "eagle", "medusa", "lookahead"]
 
 def load_prompts(models: Path, n: int, tokenizer) -> list[list[int]]:
     try:
-        from trtspec.models.demo import heldout_prompts
+        from trtspec.train.data import heldout_prompts
 
         texts = heldout_prompts(n, prompt_tokens=64, models_dir=models)
         return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]

@@ -20,7 +20,10 @@ shipped = pytest.mark.skipif(not (FAMILY / "MANIFEST.json").is_file(), reason="d
 
 
 def _manifest(root: Path) -> dict:
-    return json.loads((root / "MANIFEST.json").read_text())
+    """The family's manifest in the common shape (the shipped one, from before it, upgraded on read)."""
+    from trtspec.artifacts import manifest
+
+    return manifest.read(root / "MANIFEST.json", manifest.DEMO)
 
 
 def _check_llama_dirs(root: Path) -> None:
@@ -85,9 +88,9 @@ def _check_heads(root: Path) -> None:
 
 
 def _check_hashes(root: Path) -> None:
-    from trtspec.models.demo import file_table
+    from trtspec.train.demo import file_table
 
-    assert file_table(root) == _manifest(root)["files"]
+    assert file_table(root) == _manifest(root)["outputs"]
 
 
 @shipped
@@ -111,8 +114,8 @@ def test_shipped_target_is_gqa_and_bigger_than_draft():
 def test_shipped_manifest_hashes_match():
     _check_hashes(FAMILY)
     manifest = _manifest(FAMILY)
-    assert sum(f["bytes"] for f in manifest["files"].values()) <= 120 * 2**20
-    assert manifest["corpus"]["heldout_files"]
+    assert sum(f["bytes"] for f in manifest["outputs"].values()) <= 120 * 2**20
+    assert manifest["inputs"]["corpus"]["heldout_files"]
     for name in ("target", "draft", "medusa", "eagle"):
         assert manifest["models"][name]["params"] > 0
 
@@ -123,31 +126,29 @@ def test_shipped_head_layouts():
 
 
 @shipped
-def test_shipped_target_matches_the_compact_llama():
-    """The runtime-facing definition (demo.Llama) and transformers agree on the shipped weights."""
+def test_shipped_target_matches_the_trainers_llama():
+    """The trainer's definition of the target (its Shape -> transformers Llama) and the shipped checkpoint agree."""
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from trtspec.models.demo import Llama, LlamaShape
+    from trtspec.train.demo import FamilyConfig
+    from trtspec.train.heads import forward, llama
 
     cfg = json.loads((FAMILY / "target" / "config.json").read_text())
-    shape = LlamaShape(cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"],
-                       cfg["num_key_value_heads"], cfg["intermediate_size"], cfg["vocab_size"],
-                       cfg["max_position_embeddings"], cfg["rope_parameters"]["rope_theta"], cfg["rms_norm_eps"])
-    ours = Llama(shape)
+    ours = llama(FamilyConfig().target).eval()
     ours.load_state_dict({k: v.float() for k, v in load_file(FAMILY / "target" / "model.safetensors").items()})
     hf = AutoModelForCausalLM.from_pretrained(FAMILY / "target", dtype=torch.float32)
     ids = torch.arange(40)[None] * 37 % cfg["vocab_size"]
     with torch.no_grad():
-        assert torch.allclose(ours(ids)[0], hf(ids).logits, atol=1e-4)
+        assert torch.allclose(forward(ours, ids)[0], hf(ids).logits, atol=1e-4)
 
 
 @shipped
 def test_heldout_prompts_are_deterministic_and_exact_length():
     from tokenizers import Tokenizer
 
-    from trtspec.models.demo import heldout_prompts
+    from trtspec.train.data import heldout_prompts
 
     a = heldout_prompts(4, prompt_tokens=32, seed=1)
     assert a == heldout_prompts(4, prompt_tokens=32, seed=1)
@@ -179,7 +180,7 @@ def test_train_demo_quick_produces_a_loadable_family(tmp_path):
 
 def test_heldout_prompts_without_a_family_is_a_model_error(tmp_path):
     from trtspec.errors import ModelError
-    from trtspec.models.demo import heldout_prompts
+    from trtspec.train.data import heldout_prompts
 
     with pytest.raises(ModelError):
         heldout_prompts(2, models_dir=tmp_path)

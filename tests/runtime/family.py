@@ -56,7 +56,7 @@ def save_tokenizer(path: Path, vocab: int = VOCAB):
 
 
 def save_medusa(path: Path, heads: int, hidden: int, vocab: int, seed: int, scale: float = 0.3):
-    from safetensors.torch import save_file
+    from trtspec.artifacts.heads import write_medusa
 
     g = torch.Generator().manual_seed(seed)
     w = {}
@@ -64,14 +64,11 @@ def save_medusa(path: Path, heads: int, hidden: int, vocab: int, seed: int, scal
         w[f"{h}.0.linear.weight"] = torch.randn(hidden, hidden, generator=g) * scale
         w[f"{h}.0.linear.bias"] = torch.randn(hidden, generator=g) * scale
         w[f"{h}.1.weight"] = torch.randn(vocab, hidden, generator=g) * scale
-    path.mkdir(parents=True, exist_ok=True)
-    save_file(w, str(path / "medusa_lm_head.safetensors"))
-    (path / "config.json").write_text(json.dumps({"medusa_num_heads": heads, "medusa_num_layers": 1,
-                                                  "hidden_size": hidden, "vocab_size": vocab}))
+    write_medusa(path, w, hidden_size=hidden, vocab_size=vocab, num_layers=1)
 
 
 def save_eagle(path: Path, seed: int, **kw):
-    from safetensors.torch import save_file
+    from trtspec.artifacts.heads import write_eagle
 
     cfg = llama_config(num_hidden_layers=1, **kw)
     g = torch.Generator().manual_seed(seed)
@@ -84,9 +81,7 @@ def save_eagle(path: Path, seed: int, **kw):
          "layers.0.self_attn.v_proj.weight": r(nkv * D, H), "layers.0.self_attn.o_proj.weight": r(H, nh * D),
          "layers.0.mlp.gate_proj.weight": r(I, H), "layers.0.mlp.up_proj.weight": r(I, H),
          "layers.0.mlp.down_proj.weight": r(H, I), "layers.0.post_attention_layernorm.weight": 1 + r(H)}
-    path.mkdir(parents=True, exist_ok=True)
-    save_file(w, str(path / "model.safetensors"))
-    cfg.save_pretrained(path)
+    write_eagle(path, w, cfg)
 
 
 def build_family(root: Path) -> Path:
@@ -154,6 +149,8 @@ def save_eagle_oracle(root: Path, seed: int = 11, vocab: int = VOCAB) -> tuple[P
     """
     from safetensors.torch import load_file, save_file
 
+    from trtspec.artifacts.heads import write_eagle
+
     tdir, edir = root / "target1", root / "eagle_oracle"
     save_llama(tdir, seed=seed, num_hidden_layers=1, vocab_size=vocab, rms_norm_eps=1e-9)
     w = load_file(str(tdir / "model.safetensors"))
@@ -169,7 +166,5 @@ def save_eagle_oracle(root: Path, seed: int = 11, vocab: int = VOCAB) -> tuple[P
     for k, v in w.items():
         if k.startswith("model.layers.0.") and "input_layernorm" not in k:
             e[k.removeprefix("model.")] = v
-    edir.mkdir(parents=True, exist_ok=True)
-    save_file(e, str(edir / "model.safetensors"))
-    llama_config(num_hidden_layers=1, vocab_size=vocab, rms_norm_eps=1e-9).save_pretrained(edir)
+    write_eagle(edir, e, llama_config(num_hidden_layers=1, vocab_size=vocab, rms_norm_eps=1e-9))
     return tdir, edir

@@ -24,7 +24,7 @@ MIN_TOKENS_PER_STEP = {"draft-model": 1.5, "eagle": 1.5, "medusa": 1.2, "lookahe
 def demo_prompts():
     from transformers import AutoTokenizer
 
-    from trtspec.models.demo import heldout_prompts
+    from trtspec.train.data import heldout_prompts
 
     tok = AutoTokenizer.from_pretrained(DEMO_MODELS / "target")
     return [tok(t, add_special_tokens=False)["input_ids"] for t in heldout_prompts(4, prompt_tokens=64)]

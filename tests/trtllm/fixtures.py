@@ -40,26 +40,22 @@ def make_llama(out: Path, seed: int = 0, **over) -> Path:
 
 
 def make_medusa(out: Path, num_heads: int = 4, seed: int = 1) -> Path:
-    from safetensors.torch import save_file
+    from trtspec.artifacts.heads import write_medusa
 
     g = torch.Generator().manual_seed(seed)
-    out.mkdir(parents=True, exist_ok=True)
     sd = {}
     for h in range(num_heads):
         sd[f"{h}.0.linear.weight"] = torch.randn(HIDDEN, HIDDEN, generator=g) * 0.1
         sd[f"{h}.0.linear.bias"] = torch.randn(HIDDEN, generator=g) * 0.1
         sd[f"{h}.1.weight"] = torch.randn(VOCAB, HIDDEN, generator=g) * 0.1
-    save_file(sd, str(out / "medusa_lm_head.safetensors"))
-    (out / "config.json").write_text(json.dumps({"medusa_num_heads": num_heads, "medusa_num_layers": 1,
-                                                 "hidden_size": HIDDEN, "vocab_size": VOCAB}))
+    write_medusa(out, sd, hidden_size=HIDDEN, vocab_size=VOCAB, num_layers=1)
     return out
 
 
 def make_eagle(out: Path, seed: int = 2) -> Path:
-    from safetensors.torch import save_file
+    from trtspec.artifacts.heads import write_eagle
 
     g = torch.Generator().manual_seed(seed)
-    out.mkdir(parents=True, exist_ok=True)
     hd = HIDDEN // HEADS
     r = lambda *s: torch.randn(*s, generator=g) * 0.1  # noqa: E731
     sd = {"fc.weight": r(HIDDEN, 2 * HIDDEN), "fc.bias": r(HIDDEN),
@@ -70,10 +66,9 @@ def make_eagle(out: Path, seed: int = 2) -> Path:
           "layers.0.mlp.gate_proj.weight": r(FFN, HIDDEN), "layers.0.mlp.up_proj.weight": r(FFN, HIDDEN),
           "layers.0.mlp.down_proj.weight": r(HIDDEN, FFN),
           "layers.0.post_attention_layernorm.weight": 1 + r(HIDDEN)}
-    save_file(sd, str(out / "model.safetensors"))
     cfg = json.loads(llama_config(num_hidden_layers=1).to_json_string(use_diff=False))
     cfg.update(architectures=["LlamaForCausalLM"], bias=True)
-    (out / "config.json").write_text(json.dumps(cfg))
+    write_eagle(out, sd, cfg)
     return out
 
 

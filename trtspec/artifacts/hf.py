@@ -169,10 +169,9 @@ class ModelConfig:
             kw["architectures"] = list(self.architectures)
         if self.torch_dtype:
             kw["dtype"] = self.torch_dtype
-        if self.eos_token_ids:
-            kw["eos_token_id"] = list(self.eos_token_ids) if len(self.eos_token_ids) > 1 else self.eos_token_ids[0]
-        if self.bos_token_id is not None:
-            kw["bos_token_id"] = self.bos_token_id
+        eos = self.eos_token_ids
+        kw["eos_token_id"] = (list(eos) if len(eos) > 1 else eos[0]) if eos else None  # not the class default
+        kw["bos_token_id"] = self.bos_token_id
         return AutoConfig.for_model(self.model_type, **kw)
 
     def to_hf_dict(self) -> dict[str, Any]:
@@ -217,6 +216,16 @@ class ModelConfig:
         """"<key> <mine> differs from <whose> <theirs>" for every field in which the two disagree."""
         return [f"{self.key(f)} {getattr(self, f)} differs from {whose} {getattr(other, f)}"
                 for f in fields if getattr(self, f) != getattr(other, f)]
+
+
+def with_legacy_keys(raw: dict[str, Any], cfg: ModelConfig) -> dict[str, Any]:
+    """A config.json written by transformers 5 (`rope_parameters`, `dtype`) that transformers 4.x readers
+    (and TensorRT-LLM's converters) read too: `rope_theta` and `torch_dtype` spelled beside them."""
+    out = dict(raw)
+    out.setdefault("rope_theta", cfg.rope_theta)
+    if cfg.torch_dtype or raw.get("dtype"):
+        out.setdefault("torch_dtype", cfg.torch_dtype or raw.get("dtype"))
+    return out
 
 
 def summary(raw: dict[str, Any]) -> dict[str, Any]:

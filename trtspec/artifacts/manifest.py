@@ -66,8 +66,8 @@ def _upgrade(data: dict[str, Any] | None, kind: str | None) -> dict[str, Any] | 
     return data
 
 
-def file_table(root: Path, exclude: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
-    """{relative path: {"sha256", "bytes"}} of every file under root: a manifest's outputs."""
+def file_table(root: Path, exclude: tuple[str, ...] = tuple(FILE_NAMES.values())) -> dict[str, dict[str, Any]]:
+    """{relative path: {"sha256", "bytes"}} of every file under root but manifests: a manifest's outputs."""
     root = Path(root)
     return {rel: {"sha256": sha, "bytes": (root / rel).stat().st_size}
             for rel, sha in fs.hash_tree(root, exclude).items()}

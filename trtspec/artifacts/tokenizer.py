@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from trtspec.artifacts.fs import read_json_object
+from trtspec.errors import ModelError
 
 TOKENIZER_JSON = "tokenizer.json"
 
@@ -23,6 +24,16 @@ def load_tokenizer(path: str | Path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(path), use_fast=True)
+
+
+def load_tokenizer_json(tok_dir: str | Path, hint: str = "point it at a dir with an HF fast tokenizer"):
+    """The `tokenizers.Tokenizer` of a dir's tokenizer.json (ids with offsets, no transformers needed)."""
+    from tokenizers import Tokenizer
+
+    path = Path(tok_dir) / TOKENIZER_JSON
+    if not path.is_file():
+        raise ModelError(f"no tokenizer at {path}", hint=hint)
+    return Tokenizer.from_file(str(path))
 
 
 def fingerprint(tok_dir: Path) -> str | None:

@@ -1,4 +1,4 @@
-"""`trtspec models ...`: the shipped demo model family (see trtspec.models.demo)."""
+"""`trtspec models ...`: the shipped demo model family (see trtspec.train.demo)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,25 @@ def _progress_reporter(console):
     return progress, report
 
 
+# The step/size overrides of train-demo (each --NAME, envvar TRTSPEC_DEMO_NAME; see FamilyConfig.with_counts).
+COUNTS = {
+    "target_steps": "Optimizer steps for the target (default 1050; --quick 6).",
+    "target_batch": "Sequences per target step (default 16).",
+    "draft_steps": "Optimizer steps for the distilled draft model (default 2000).",
+    "medusa_steps": "Optimizer steps for the Medusa heads (default 500).",
+    "eagle_steps": "Optimizer steps for the EAGLE head (default 1000).",
+    "teacher_seqs": "Training sequences in the one frozen-target pass (features + top-k logits) the drafters "
+                    "learn from (default 4096).",
+}
+
+
+def _count_options(command):
+    for name, text in reversed(COUNTS.items()):
+        command = click.option(f"--{name.replace('_', '-')}", name, type=int, default=None,
+                               envvar=f"TRTSPEC_DEMO_{name.upper()}", help=text)(command)
+    return command
+
+
 @models.command("train-demo")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("examples/models"),
               show_default=True, envvar="TRTSPEC_DEMO_OUT", help="Directory to write the family to (replaced atomically).")
@@ -47,25 +66,11 @@ def _progress_reporter(console):
               help="Seed for data order, initialisation and the corpus snippets used for measurement.")
 @click.option("--quick", is_flag=True, envvar="TRTSPEC_DEMO_QUICK",
               help="Tiny models, corpus subset and a few steps: a few-second smoke run for tests.")
-@click.option("--target-steps", type=int, default=None, envvar="TRTSPEC_DEMO_TARGET_STEPS",
-              help="Optimizer steps for the target (default 1050; --quick 6).")
-@click.option("--target-batch", type=int, default=None, envvar="TRTSPEC_DEMO_TARGET_BATCH",
-              help="Sequences per target step (default 16).")
-@click.option("--draft-steps", type=int, default=None, envvar="TRTSPEC_DEMO_DRAFT_STEPS",
-              help="Optimizer steps for the distilled draft model (default 2000).")
-@click.option("--medusa-steps", type=int, default=None, envvar="TRTSPEC_DEMO_MEDUSA_STEPS",
-              help="Optimizer steps for the Medusa heads (default 500).")
-@click.option("--eagle-steps", type=int, default=None, envvar="TRTSPEC_DEMO_EAGLE_STEPS",
-              help="Optimizer steps for the EAGLE head (default 1000).")
-@click.option("--teacher-seqs", type=int, default=None, envvar="TRTSPEC_DEMO_TEACHER_SEQS",
-              help="Training sequences in the one frozen-target pass (features + top-k logits) the "
-                   "drafters learn from (default 4096).")
+@_count_options
 @click.option("--threads", type=int, default=2, show_default=True, envvar="TRTSPEC_DEMO_THREADS",
               help="torch intra-op threads.")
 @click.option("--force", is_flag=True, envvar="TRTSPEC_DEMO_FORCE", help="Replace a non-empty --out directory.")
-def train_demo(out: Path, seed: int, quick: bool, target_steps: int | None, target_batch: int | None,
-               draft_steps: int | None, medusa_steps: int | None, eagle_steps: int | None,
-               teacher_seqs: int | None, threads: int, force: bool) -> None:
+def train_demo(out: Path, seed: int, quick: bool, threads: int, force: bool, **counts: int | None) -> None:
     """Train the demo family (tokenizer, target, draft, Medusa, EAGLE) and write it with a MANIFEST.
 
     Reproducible: fixed seed and fixed step counts (no time budget). The default run takes about
@@ -73,24 +78,10 @@ def train_demo(out: Path, seed: int, quick: bool, target_steps: int | None, targ
     """
     from rich.console import Console
 
-    from trtspec.errors import ModelError
-    from trtspec.models import demo
+    from trtspec.train import demo
 
     cfg = demo.FamilyConfig.quick_config(seed) if quick else replace(demo.FamilyConfig(), seed=seed)
-    for name, value in (("target_steps", target_steps), ("target_batch", target_batch),
-                        ("draft_steps", draft_steps), ("medusa_steps", medusa_steps),
-                        ("eagle_steps", eagle_steps), ("teacher_seqs", teacher_seqs), ("threads", threads)):
-        if value is not None and value < 1:
-            raise ModelError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-    stages = {"target_stage": replace(cfg.target_stage, steps=target_steps or cfg.target_stage.steps,
-                                      batch=target_batch or cfg.target_stage.batch),
-              "draft_stage": replace(cfg.draft_stage, steps=draft_steps or cfg.draft_stage.steps),
-              "medusa_stage": replace(cfg.medusa_stage, steps=medusa_steps or cfg.medusa_stage.steps),
-              "eagle_stage": replace(cfg.eagle_stage, steps=eagle_steps or cfg.eagle_stage.steps)}
-    for key, stage in stages.items():
-        stages[key] = replace(stage, warmup=min(stage.warmup, max(1, stage.steps // 5)))
-    cfg = replace(cfg, **stages, teacher_seqs=teacher_seqs or cfg.teacher_seqs, threads=threads)
-
+    cfg = cfg.with_counts(threads=threads, **counts)
     console = Console(stderr=True)
     progress, report = _progress_reporter(console)
     with progress:

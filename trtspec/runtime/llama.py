@@ -26,9 +26,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from trtspec.artifacts.fs import read_json_object as read_json  # noqa: F401  (the proposers' config reader)
 from trtspec.artifacts.hf import ModelConfig, rope_inv_freq
-from trtspec.artifacts.weights import load_weights as load_safetensors
+from trtspec.artifacts.weights import load_weights
 from trtspec.errors import ModelError
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -249,7 +248,7 @@ class Llama:
         """Load an HF Llama dir computing in compute_dtype(dtype, device); matmul weights in weight_dtype."""
         cfg = ModelConfig.from_dir(path)
         check_supported(cfg)  # before reading any weights
-        return cls(cfg, load_safetensors(path), dtype=compute_dtype(dtype, device), device=device,
+        return cls(cfg, load_weights(path), dtype=compute_dtype(dtype, device), device=device,
                    max_seq=max_seq, name=name or Path(path).name, weight_dtype=weight_dtype)
 
     @property

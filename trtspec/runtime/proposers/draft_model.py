@@ -7,8 +7,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from trtspec.artifacts.hf import ModelConfig
 from trtspec.runtime.cache import chain_inputs
-from trtspec.runtime.llama import Llama, LlamaConfig, draft_dtype
+from trtspec.runtime.llama import Llama, draft_dtype
 from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, ProposalBatch, Proposer, chain
 from trtspec.runtime.sampling import processed_probs, sample
 
@@ -28,7 +29,7 @@ class DraftModelProposer(Proposer):
         self.path, self.dtype, self.device, self.weight_dtype = Path(path), dtype, device, weight_dtype
 
     def setup(self, target: Llama, max_batch: int, max_seq: int, k: int) -> DraftPlan:
-        wdt = self.weight_dtype or draft_dtype(self.dtype, self.device, 4 * LlamaConfig.from_dir(self.path).num_params)
+        wdt = self.weight_dtype or draft_dtype(self.dtype, self.device, 4 * ModelConfig.from_dir(self.path).num_params)
         self.model = Llama.from_dir(self.path, dtype=self.dtype, device=self.device, max_seq=max_seq, name="draft",
                                     weight_dtype=wdt)
         self.cache = self.model.new_cache(max_batch, max_seq)

@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from trtspec.errors import ModelError
+from trtspec.artifacts.heads import load_eagle
 from trtspec.runtime.cache import StepInputs, chain_inputs
-from trtspec.runtime.llama import Linear, Llama, LlamaConfig, draft_dtype, load_safetensors
+from trtspec.runtime.llama import Linear, Llama, draft_dtype
 from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, ProposalBatch, Proposer, chain, tree_from_choices
 
 
@@ -30,19 +30,11 @@ class EagleProposer(Proposer):
         self.tree = None  # set by setup() from `choices`: a tree, or None for a chain
 
     def setup(self, target: Llama, max_batch: int, max_seq: int, k: int) -> DraftPlan:
-        cfg = LlamaConfig.from_dir(self.path)
         t = target.cfg
-        for key in ("hidden_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size"):
-            if getattr(cfg, key) != getattr(t, key):
-                raise ModelError(f"eagle head: {key} {getattr(cfg, key)} != the target's {getattr(t, key)}",
-                                 hint="the EAGLE head must be trained for this target")
-        w = load_safetensors(self.path)
-        w = {k.removeprefix("model."): v for k, v in w.items()}
+        cfg, w = load_eagle(self.path, t)  # fits the target; tensors without a "model." prefix
         layer = dataclasses.replace(cfg, num_layers=1, tie_word_embeddings=True).num_params - t.vocab_size * t.hidden_size
         head = 2 * t.hidden_size * t.hidden_size + t.vocab_size * t.hidden_size  # fc + the LM head copy
         dt, wdt = target.dtype, self.weight_dtype or draft_dtype(target.dtype, self.device, 4 * (layer + head))
-        if "fc.weight" not in w:
-            raise ModelError(f"{self.path}: eagle head has no fc.weight")
         self.fc = Linear(w["fc.weight"].to(device=self.device, dtype=dt),
                          w["fc.bias"].to(device=self.device, dtype=dt) if "fc.bias" in w else None, dtype=wdt)
         cfg = dataclasses.replace(cfg, num_layers=1, rope_theta=t.rope_theta, rope_scaling=t.rope_scaling,

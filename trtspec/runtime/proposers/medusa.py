@@ -7,8 +7,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from trtspec.artifacts.heads import load_medusa
 from trtspec.errors import ModelError
-from trtspec.runtime.llama import Linear, Llama, draft_dtype, load_safetensors, read_json
+from trtspec.runtime.llama import Linear, Llama, draft_dtype
 from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, ProposalBatch, Proposer, tree_from_choices
 
 
@@ -26,17 +27,9 @@ class MedusaProposer(Proposer):
         self.tree = None  # set by setup() from `choices`: a tree, or None for a chain
 
     def setup(self, target: Llama, max_batch: int, max_seq: int, k: int) -> DraftPlan:
-        cfg = read_json(self.path / "config.json")
-        try:
-            nh, nl = int(cfg["medusa_num_heads"]), int(cfg.get("medusa_num_layers", 1))
-        except KeyError:
-            raise ModelError(f"{self.path / 'config.json'}: no medusa_num_heads",
-                             hint="a Medusa heads dir has config.json with medusa_num_heads") from None
+        mc, w = load_medusa(self.path, target.cfg)  # fits the target, every tensor of the layout present
+        nh, nl = mc.num_heads, mc.num_layers
         H, V = target.cfg.hidden_size, target.cfg.vocab_size
-        for key, want in (("hidden_size", H), ("vocab_size", V)):
-            if key in cfg and int(cfg[key]) != want:
-                raise ModelError(f"medusa heads: {key} {cfg[key]} != the target's {want}")
-        w = load_safetensors(self.path, "medusa_lm_head.safetensors")
         dt = self.weight_dtype or draft_dtype(target.dtype, self.device, 4 * nh * (nl * H * H + V * H))
 
         def get(key: str) -> torch.Tensor:

@@ -1,0 +1,162 @@
+"""Trainable modules and losses: transformers' Llama as the language model, Medusa and EAGLE-1 heads in the
+layouts of trtspec.artifacts.heads (whose docstring has their equations), and the distillation losses.
+
+Notation (one sequence, positions t = 0..T-1): x_t token ids, E = target.model.embed_tokens.weight [V, H],
+L = target.lm_head.weight [V, H], f_t the target's final hidden state AFTER the final RMSNorm (the input of
+lm_head: logits_t = L f_t predicts x_{t+1}).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from trtspec.artifacts.hf import ModelConfig
+from trtspec.train.data import VOCAB_SIZE
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The few numbers a demo Llama is made of (recorded in the family's MANIFEST as they are)."""
+
+    n_layer: int
+    dim: int
+    n_head: int
+    n_kv_head: int
+    ffn: int
+    vocab: int = VOCAB_SIZE
+    max_pos: int = 1024
+    rope_theta: float = 10000.0
+    eps: float = 1e-5
+
+    def model_config(self, dtype: str | None = None) -> ModelConfig:
+        """A Llama of this shape, untied, without biases; token 0 is bos, eos and pad."""
+        return ModelConfig(
+            model_type="llama", architectures=("LlamaForCausalLM",), vocab_size=self.vocab, hidden_size=self.dim,
+            intermediate_size=self.ffn, num_layers=self.n_layer, num_heads=self.n_head, num_kv_heads=self.n_kv_head,
+            head_dim=self.dim // self.n_head, rms_norm_eps=self.eps, rope_theta=self.rope_theta,
+            max_position_embeddings=self.max_pos, eos_token_ids=(0,), bos_token_id=0, torch_dtype=dtype)
+
+    def hf_config(self, dtype: str | None = None):
+        """The transformers LlamaConfig the trainer instantiates (init std 0.02)."""
+        cfg = self.model_config(dtype).to_hf()
+        cfg.pad_token_id, cfg.initializer_range = 0, 0.02
+        return cfg
+
+
+def llama(shape: Shape):
+    """A freshly initialised transformers LlamaForCausalLM (normal(0, 0.02) weights, unit norms)."""
+    from transformers import LlamaForCausalLM
+
+    cfg = shape.hf_config()
+    cfg._attn_implementation = "sdpa"
+    return LlamaForCausalLM(cfg)
+
+
+def forward(model, ids: Tensor) -> tuple[Tensor, Tensor]:
+    """(logits [B, T, V], f [B, T, H]) of a LlamaForCausalLM; f is the final post-norm hidden state."""
+    f = model.model(input_ids=ids, use_cache=False).last_hidden_state
+    return model.lm_head(f), f
+
+
+def n_params(m: nn.Module) -> int:
+    return sum(p.numel() for p in m.parameters())
+
+
+class MedusaHeads(nn.Module):
+    """Head h: logits_h = L_h (f + silu(W_h f + b_h)); predicts the token 2 + h positions ahead."""
+
+    def __init__(self, dim: int, vocab: int, n_heads: int = 4):
+        super().__init__()
+        self.heads = nn.ModuleList(
+            nn.Sequential(nn.Linear(dim, dim), nn.Linear(dim, vocab, bias=False)) for _ in range(n_heads)
+        )
+        for head in self.heads:
+            nn.init.zeros_(head[0].weight)  # start as the identity map: x = f + silu(b)
+
+    def head(self, h: int, f: Tensor) -> Tensor:
+        head = self.heads[h]
+        return head[1](f + F.silu(head[0](f)))
+
+    def forward(self, f: Tensor) -> Tensor:
+        """f [..., H] -> logits [n_heads, ..., V]."""
+        return torch.stack([self.head(h, f) for h in range(len(self.heads))])
+
+    def layout_tensors(self) -> dict[str, Tensor]:
+        """The tensors in the Medusa layout (artifacts.heads.write_medusa)."""
+        sd = {}
+        for h, head in enumerate(self.heads):
+            sd[f"{h}.0.linear.weight"] = head[0].weight
+            sd[f"{h}.0.linear.bias"] = head[0].bias
+            sd[f"{h}.1.weight"] = head[1].weight
+        return sd
+
+
+class EagleHead(nn.Module):
+    """EAGLE-1: f^_{t+1} = Layer(fc(cat([E[x_{t+1}], f_t]))), transformers' LlamaDecoderLayer without its
+    input norm, with the target's RoPE; causal attention over positions 0..T-1."""
+
+    def __init__(self, shape: Shape):
+        super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+        self.config = replace(shape, n_layer=1).hf_config()
+        self.config._attn_implementation = "sdpa"  # causal without a mask (eager would attend everywhere)
+        self.fc = nn.Linear(2 * shape.dim, shape.dim, bias=True)
+        layer = LlamaDecoderLayer(self.config, layer_idx=0)
+        layer.input_layernorm = nn.Identity()
+        self.layers = nn.ModuleList([layer])
+        self.rotary = LlamaRotaryEmbedding(self.config)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+    def forward(self, next_emb: Tensor, feats: Tensor) -> Tensor:
+        """next_emb [B, T, H] = E[x_{t+1}], feats [B, T, H] = f_t  ->  f^_{t+1} [B, T, H]."""
+        x = self.fc(torch.cat([next_emb, feats], dim=-1))
+        positions = torch.arange(x.shape[1], device=x.device)[None]
+        rope = self.rotary(x, positions)
+        for layer in self.layers:
+            x = layer(x, position_ids=positions, position_embeddings=rope)
+        return x
+
+
+# ---------------------------------------------------------------------------------------------- losses
+
+
+def lm_loss(logits: Tensor, labels: Tensor, reduction: str = "mean") -> Tensor:
+    """Next-token cross-entropy; logits [B, T, V], labels [B, T]."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction=reduction)
+
+
+def soft_ce(logits: Tensor, top_logits: Tensor, top_ids: Tensor) -> Tensor:
+    """Cross-entropy of the student against the teacher's renormalised top-k distribution
+    (= KL up to the teacher's entropy)."""
+    p = torch.softmax(top_logits.float(), dim=-1)
+    logq = torch.log_softmax(logits.float(), dim=-1).gather(-1, top_ids.long())
+    return -(p * logq).sum(-1).mean()
+
+
+def medusa_loss(heads: MedusaHeads, f: Tensor, ids: Tensor, top_logits: Tensor, top_ids: Tensor,
+                ce_weight: float = 0.1) -> Tensor:
+    """Head h at position t learns the teacher's top-k at t+1+h (which predicts x_{t+2+h}), plus a little CE
+    on x_{t+2+h}; later heads weigh 0.8^h."""
+    T = f.shape[1]
+    total = torch.zeros(())
+    for h in range(len(heads.heads)):
+        valid = T - 1 - h  # positions t = 0..T-2-h have a teacher row at t+1+h
+        logits = heads.head(h, f[:, :valid])
+        kd = soft_ce(logits, top_logits[:, 1 + h:], top_ids[:, 1 + h:])
+        total = total + (kd + ce_weight * lm_loss(logits, ids[:, 2 + h: 2 + h + valid])) * (0.8 ** h)
+    return total / len(heads.heads)
+
+
+def eagle_loss(pred: Tensor, f_next: Tensor, logits: Tensor, top_logits: Tensor, top_ids: Tensor,
+               logit_weight: float = 0.1) -> Tensor:
+    """smooth-L1(f^_{t+1}, f_{t+1}) + 0.1 * soft-CE(L f^_{t+1}, teacher top-k at t+1) (EAGLE-1 recipe)."""
+    return F.smooth_l1_loss(pred.float(), f_next) + logit_weight * soft_ce(logits, top_logits, top_ids)

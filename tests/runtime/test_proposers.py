@@ -1,6 +1,6 @@
 """Each proposer proposes what its formula says: every proposal made inside a running engine (batched, with
 acceptances and rollbacks in between) is recomputed here from scratch, without caches, from the documented
-equations (trtspec/models/demo.py docstring) on transformers' hidden states."""
+equations (trtspec/artifacts/heads.py docstring) on transformers' hidden states."""
 
 from __future__ import annotations
 

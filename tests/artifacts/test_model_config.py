@@ -44,6 +44,7 @@ def test_special_tokens_are_what_the_file_says_not_class_defaults():
     assert bare.eos_token_ids == () and bare.bos_token_id is None
     named = ModelConfig.from_dict({**BASE, "eos_token_id": [5, 7], "bos_token_id": 3})
     assert named.eos_token_ids == (5, 7) and named.bos_token_id == 3
+    assert ModelConfig.from_dict({**BASE, "architectures": "LlamaForCausalLM"}).architecture == "LlamaForCausalLM"
 
 
 @pytest.mark.parametrize("key", ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",

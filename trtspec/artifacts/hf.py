@@ -108,7 +108,7 @@ class ModelConfig:
             eos = raw.get("eos_token_id")
             cfg = cls(
                 model_type=str(getattr(hf, "model_type", None) or raw.get("model_type") or "llama"),
-                architectures=tuple(str(a) for a in (raw.get("architectures") or ())),
+                architectures=_names(raw.get("architectures")),
                 vocab_size=int(hf.vocab_size), hidden_size=hidden, intermediate_size=int(hf.intermediate_size),
                 num_layers=int(hf.num_hidden_layers), num_heads=heads, num_kv_heads=kv,
                 head_dim=int(getattr(hf, "head_dim", None) or hidden // heads),
@@ -266,6 +266,10 @@ def rope_inv_freq(cfg: ModelConfig, max_seq: int) -> tuple["torch.Tensor", float
         raise ModelError(f"{cfg.source}: rope type {cfg.rope_type!r} is unknown to transformers")
     inv_freq, scaling = fn(hf, seq_len=max_seq) if cfg.rope_type == "dynamic" else fn(hf)
     return inv_freq.float(), float(scaling)
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    return tuple(str(v) for v in value) if isinstance(value, list) else ((str(value),) if value else ())
 
 
 def _guard(make, where: str, error: type[TrtspecError]):

@@ -39,6 +39,7 @@ from trtspec.builders import BuildOptions, build  # noqa: E402
 from trtspec.client import generate_remote  # noqa: E402
 from trtspec.repository.torch_repo import ModelNames, emit_torch_repository  # noqa: E402
 from trtspec.serve import TritonServer  # noqa: E402
+from trtspec.runtime.stats import tokens_per_step  # noqa: E402
 from trtspec.spec import spec_from_dict  # noqa: E402
 
 METHODS = ["draft-model", "eagle", "medusa", "lookahead"]
@@ -61,7 +62,7 @@ def spec_for(method: str, models: Path):
 
 def prompts_for(models: Path, n: int) -> list[str]:
     try:
-        from trtspec.models.demo import heldout_prompts
+        from trtspec.train.data import heldout_prompts
 
         return list(heldout_prompts(n, prompt_tokens=64, models_dir=models))
     except Exception as exc:  # not the demo family: fixed code prompts
@@ -79,7 +80,7 @@ def run(url: str, model: str, prompts: list[str], new: int, k: int | None) -> di
     steps = sum(r.steps for r in results)
     return {"tok_s": tokens / seconds, "tokens": tokens, "seconds": seconds, "texts": [r.text for r in results],
             "acceptance": sum(r.total_accepted_draft_tokens for r in results) / drafted if drafted else 0.0,
-            "tokens_per_step": (tokens - len(results)) / steps if steps else 0.0,
+            "tokens_per_step": tokens_per_step(tokens - len(results), steps),
             "ttft_ms": 1000 * sum(r.ttft_seconds or 0.0 for r in results) / len(results)}
 
 

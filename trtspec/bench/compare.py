@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trtspec.errors import GenerationError
+from trtspec.runtime.stats import acceptance_rate, tokens_per_step
 from trtspec.spec import Spec
 
 
@@ -35,11 +36,12 @@ class RunStats:
 
     @property
     def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
+        return acceptance_rate(self.accepted, self.drafted)
 
     @property
     def tokens_per_step(self) -> float:
-        return (self.new_tokens - self.requests) / self.steps if self.steps else 1.0
+        """As trtspec.runtime.stats defines it (each request's first token is its prefill's)."""
+        return tokens_per_step(max(0, self.new_tokens - self.requests), self.steps)
 
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "requests": self.requests, "new_tokens": self.new_tokens,
@@ -136,7 +138,7 @@ def compare(spec: Spec, prompts: list[str], run: Runner, *, max_tokens: int, whe
 
 def default_prompts(spec: Spec, n: int) -> list[str]:
     """Held-out prompts of the demo family when the spec's target is one of it."""
-    from trtspec.models.demo import heldout_prompts
+    from trtspec.train.data import heldout_prompts
 
     return heldout_prompts(n, prompt_tokens=64, models_dir=Path(spec.model.target).parent)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
@@ -167,3 +168,20 @@ class Proposer:
     def commit(self, paths: list[list[int]], hidden: torch.Tensor) -> None:
         """After verification: paths[b] = request b's accepted draft nodes; hidden [B, T, H] of the verify
         inputs (input 0: the pending token, input 1 + j: draft node j)."""
+
+
+class HeadProposer(Proposer):
+    """A proposer whose weights (a heads dir) ride on the target and whose candidates are top-i tokens (Medusa,
+    EAGLE): a chain of top-1s, or the tree of `choices` (node [i, j, ..]: the top-i token at depth 1, the
+    top-j below it, ...). Deterministic candidates: verified as point masses."""
+
+    def __init__(self, path: str | Path, choices: Sequence[Sequence[int]] | None = None, device: str = "cpu",
+                 weight_dtype: torch.dtype | None = None):
+        self.path, self.choices, self.device, self.weight_dtype = Path(path), choices, device, weight_dtype
+        self.tree = tree_from_choices(choices) if choices else None  # None: a chain
+
+    def plan(self, k: int, max_depth: int | None = None) -> DraftPlan:
+        """The tree's first k nodes, or a chain of k (at most max_depth) tokens."""
+        if self.tree:
+            return DraftPlan.tree(self.tree, k)
+        return DraftPlan.chain(k if max_depth is None else min(k, max_depth))

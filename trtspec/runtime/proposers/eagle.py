@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -11,10 +10,10 @@ import torch.nn.functional as F
 from trtspec.artifacts.heads import load_eagle
 from trtspec.runtime.cache import StepInputs, chain_inputs
 from trtspec.runtime.llama import Linear, Llama, draft_dtype
-from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, ProposalBatch, Proposer, chain, tree_from_choices
+from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, HeadProposer, ProposalBatch, chain
 
 
-class EagleProposer(Proposer):
+class EagleProposer(HeadProposer):
     """EAGLE: at position t, x_t = fc([embed(token_{t+1}), f_t]) runs through one decoder layer (no input norm,
     causal, RoPE) to f^_{t+1}; target.lm_head(f^_{t+1}) predicts token_{t+2}. f_t are the target's final hidden
     states while they are known, then the head's own outputs. The head's cache holds only entries built from
@@ -23,11 +22,6 @@ class EagleProposer(Proposer):
     cache and the target features not yet fed to it."""
 
     name = "eagle"
-
-    def __init__(self, path: str | Path, choices: list[list[int]] | None = None, device: str = "cpu",
-                 weight_dtype: torch.dtype | None = None):
-        self.path, self.choices, self.device, self.weight_dtype = Path(path), choices, device, weight_dtype
-        self.tree = None  # set by setup() from `choices`: a tree, or None for a chain
 
     def setup(self, target: Llama, max_batch: int, max_seq: int, k: int) -> DraftPlan:
         t = target.cfg
@@ -45,9 +39,8 @@ class EagleProposer(Proposer):
         self.net.use_onednn_single_row(True)  # runs between target passes: its weights come from memory
         self.fc.min_rows = 1
         self.cache = self.net.new_cache(max_batch, max_seq)
-        self.tree = tree_from_choices(self.choices) if self.choices else None
         self.pending: list[list[torch.Tensor]] = [[] for _ in range(max_batch)]
-        return DraftPlan.tree(self.tree, k) if self.tree else DraftPlan.chain(k)
+        return self.plan(k)
 
     def admit(self, row: int, hidden: torch.Tensor) -> None:
         self.cache.lengths[row] = 0

@@ -2,29 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 
 from trtspec.artifacts.heads import load_medusa
 from trtspec.errors import ModelError
 from trtspec.runtime.llama import Linear, Llama, draft_dtype
-from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, ProposalBatch, Proposer, tree_from_choices
+from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, HeadProposer, ProposalBatch
 
 
-class MedusaProposer(Proposer):
+class MedusaProposer(HeadProposer):
     """Medusa heads: x = f + silu(W_h f + b_h) (per residual layer), logits_h = L_h x, on the target's final
     hidden state f_t; head h predicts token t+2+h. Candidates: path [i, j, ..] = top-i of head 0, top-j of
     head 1, ...; without `choices` a chain of the K heads' top-1. They are deterministic: verified as point
     masses. State per row: the last hidden state."""
 
     name = "medusa"
-
-    def __init__(self, path: str | Path, choices: list[list[int]] | None = None, device: str = "cpu",
-                 weight_dtype: torch.dtype | None = None):
-        self.path, self.choices, self.device, self.weight_dtype = Path(path), choices, device, weight_dtype
-        self.tree = None  # set by setup() from `choices`: a tree, or None for a chain
 
     def setup(self, target: Llama, max_batch: int, max_seq: int, k: int) -> DraftPlan:
         mc, w = load_medusa(self.path, target.cfg)  # fits the target, every tensor of the layout present
@@ -46,11 +39,10 @@ class MedusaProposer(Proposer):
         if tuple(self.heads[0].w.shape) != (V, H):
             raise ModelError(f"medusa heads: lm head shape {tuple(self.heads[0].w.shape)} != (vocab {V}, hidden {H})")
         self.num_heads = nh
-        self.tree = tree_from_choices(self.choices) if self.choices else None
         if self.tree and max(d for _, _, d in self.tree) > nh:
             raise ModelError(f"medusa: the choices tree is deeper than the {nh} heads")
         self.last = torch.zeros(max_batch, H, device=self.device, dtype=target.dtype)
-        return DraftPlan.tree(self.tree, k) if self.tree else DraftPlan.chain(min(k, nh))
+        return self.plan(k, max_depth=nh)
 
     def admit(self, row: int, hidden: torch.Tensor) -> None:
         self.last[row] = hidden[-1]

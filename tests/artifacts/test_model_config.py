@@ -132,9 +132,10 @@ def test_runtime_logits_match_transformers_past_max_positions_with_dynamic_rope(
 def test_the_runtime_refuses_what_it_cannot_run_by_capability_not_parsing(tmp_path):
     from trtspec.runtime.llama import check_supported
 
-    yarn = ModelConfig.from_dict({**BASE, "rope_scaling": {"rope_type": "yarn", "factor": 2.0}})
-    assert yarn.rope_type == "yarn"  # parsing accepts what transformers accepts
-    with pytest.raises(ModelError, match="rope type 'yarn' is not supported"):
-        check_supported(yarn)
+    gemma = ModelConfig.from_dict({**BASE, "rope_scaling": {"rope_type": "proportional",
+                                                             "partial_rotary_factor": 0.5}})
+    assert gemma.rope_type == "proportional"  # parsing accepts what transformers accepts (Gemma's rope)
+    with pytest.raises(ModelError, match="rope type 'proportional' is not supported"):
+        check_supported(gemma)
     with pytest.raises(ModelError, match="hidden_act 'gelu'"):
         check_supported(ModelConfig.from_dict({**BASE, "hidden_act": "gelu"}))

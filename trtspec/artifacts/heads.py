@@ -136,6 +136,9 @@ def write_medusa(out: Path, tensors: "Tensors", *, hidden_size: int, vocab_size:
 
 # ------------------------------------------------------------------------------------------------- EAGLE
 
+# Target keys that describe the target's own layer stack, not a one-layer head (Qwen2/3's per-layer
+# attention kinds would not even validate against one layer).
+TARGET_STACK_KEYS = ("layer_types", "max_window_layers")
 _EAGLE3_TENSORS = re.compile(r"^(?:model\.)?midlayer\.|^d2t$|^t2d$")
 
 
@@ -146,7 +149,8 @@ def eagle_config(heads_dir: Path, target: ModelConfig | None = None, error: Erro
     raw = read_json_object(path, "EAGLE head", error)
     if target is None:
         return ModelConfig.from_dict(raw, str(path), error)
-    return ModelConfig.from_dict({**target.raw, **raw, "vocab_size": target.vocab_size}, str(path), error)
+    base = {k: v for k, v in target.raw.items() if k not in TARGET_STACK_KEYS}
+    return ModelConfig.from_dict({**base, **raw, "vocab_size": target.vocab_size}, str(path), error)
 
 
 def eagle_version(heads_dir: Path, error: Error = ModelError) -> int:

@@ -39,6 +39,8 @@ HF_KEYS = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads"
 # The keys `trtspec check` shows of a checkpoint (and of heads dirs).
 SUMMARY_KEYS = ("architectures", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                 "num_key_value_heads", "max_position_embeddings", "torch_dtype", "medusa_num_heads")
+# Rope types whose frequencies depend on the sequence length: evaluated once, at the cache's length.
+STATIC_AT_CACHE_LENGTH = ("dynamic", "longrope")
 _NOT_SCALING = ("rope_theta", "rope_type", "type", "partial_rotary_factor")
 
 
@@ -64,6 +66,8 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     attention_bias: bool = False
     mlp_bias: bool = False
+    sliding_window: int | None = None  # attention window of sliding layers (Mistral, Qwen2/3), None: none
+    layer_types: tuple[str, ...] = ()  # per layer "full_attention" | "sliding_attention"; () = all alike
     eos_token_ids: tuple[int, ...] = ()
     bos_token_id: int | None = None
     torch_dtype: str | None = None
@@ -119,6 +123,7 @@ class ModelConfig:
                 tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)),
                 attention_bias=bool(getattr(hf, "attention_bias", False)),
                 mlp_bias=bool(getattr(hf, "mlp_bias", False)),
+                sliding_window=_window(hf), layer_types=tuple(str(t) for t in getattr(hf, "layer_types", None) or ()),
                 eos_token_ids=tuple(int(e) for e in eos) if isinstance(eos, list) else
                 (() if eos is None else (int(eos),)),
                 bos_token_id=raw.get("bos_token_id"),
@@ -162,7 +167,11 @@ class ModelConfig:
             num_key_value_heads=self.num_kv_heads, head_dim=self.head_dim, hidden_act=self.hidden_act,
             rms_norm_eps=self.rms_norm_eps, max_position_embeddings=self.max_position_embeddings,
             tie_word_embeddings=self.tie_word_embeddings, attention_bias=self.attention_bias,
-            mlp_bias=self.mlp_bias, rope_theta=self.rope_theta, rope_scaling=rope or None)
+            mlp_bias=self.mlp_bias, rope_theta=self.rope_theta, rope_scaling=rope or None,
+            sliding_window=self.sliding_window,  # None said explicitly: MistralConfig's default is 4096
+            use_sliding_window=self.sliding_window is not None)  # Qwen2/3 drop the window without it
+        if self.layer_types:
+            kw["layer_types"] = list(self.layer_types)
         if self.partial_rotary_factor != 1.0:
             kw["partial_rotary_factor"] = self.partial_rotary_factor
         if self.architectures:
@@ -249,10 +258,11 @@ def _rope(hf: Any) -> tuple[float, dict[str, Any] | None, float]:
 def rope_inv_freq(cfg: ModelConfig, max_seq: int) -> tuple["torch.Tensor", float]:
     """(inverse frequencies [head_dim/2], attention scaling) as transformers computes them for the rope type.
 
-    `dynamic` (NTK) rescales the base once the sequence outgrows `max_position_embeddings`; transformers does
+    `dynamic` (NTK) rescales the base once the sequence outgrows `max_position_embeddings`, and `longrope`
+    switches from its short to its long factors past `original_max_position_embeddings`; transformers does
     that per forward call, which would change the frequencies under already-cached keys. Here they are fixed:
-    transformers' own function evaluated at `max_seq` (the cache's length), so identical to transformers up to
-    `max_position_embeddings`, and for longer caches scaled for `max_seq` from the start (static NTK).
+    transformers' own function evaluated at `max_seq` (the cache's length), so identical to transformers while
+    the cache fits the original window, and for longer caches scaled for `max_seq` from the start (static).
     """
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
@@ -264,8 +274,17 @@ def rope_inv_freq(cfg: ModelConfig, max_seq: int) -> tuple["torch.Tensor", float
         fn = LlamaRotaryEmbedding.compute_default_rope_parameters
     if fn is None:
         raise ModelError(f"{cfg.source}: rope type {cfg.rope_type!r} is unknown to transformers")
-    inv_freq, scaling = fn(hf, seq_len=max_seq) if cfg.rope_type == "dynamic" else fn(hf)
+    inv_freq, scaling = fn(hf, seq_len=max_seq) if cfg.rope_type in STATIC_AT_CACHE_LENGTH else fn(hf)
     return inv_freq.float(), float(scaling)
+
+
+def _window(hf: Any) -> int | None:
+    """The sliding window transformers applies: Qwen2/3 keep `sliding_window` set while use_sliding_window
+    is false (then no layer slides)."""
+    w = getattr(hf, "sliding_window", None)
+    if w is None or getattr(hf, "use_sliding_window", True) is False:
+        return None
+    return int(w)
 
 
 def _names(value: Any) -> tuple[str, ...]:

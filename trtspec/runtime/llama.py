@@ -1,10 +1,11 @@
-"""A compact Llama for the torch runtime (gpt-fast style): HF checkpoint in, logits + hidden states out.
+"""A compact Llama-family decoder for the torch runtime (gpt-fast style): HF checkpoint in, logits + hidden out.
 
-What it reads: an HF Llama directory, its config through `trtspec.artifacts.hf.ModelConfig` (transformers'
-AutoConfig) and its weights through `trtspec.artifacts.weights` (`model.safetensors` or sharded safetensors
-with `model.safetensors.index.json`). What it runs (`check_supported`): Llama (model_type llama, silu), GQA,
-`head_dim`, tied embeddings, attention/MLP biases, full rotary with RoPE `default`, `linear`, `llama3` and
-`dynamic`, whose frequencies transformers' own rope functions compute (see `artifacts.hf.rope_inv_freq`).
+What it reads: an HF checkpoint directory, its config through `trtspec.artifacts.hf.ModelConfig`
+(transformers' AutoConfig) and its weights through `trtspec.artifacts.weights` (`model.safetensors` or sharded
+safetensors with `model.safetensors.index.json`). What it runs (`check_supported`): the architectures of
+`runtime/architectures.py` — Llama 2/3, Mistral (sliding window), Qwen2/2.5 (q/k/v bias), Qwen3 (q/k RMSNorm)
+— with silu, GQA, `head_dim`, tied or untied heads, and full rotary with every RoPE transformers has for
+them (`ROPE_TYPES`), whose frequencies transformers' own rope functions compute (`artifacts.hf.rope_inv_freq`).
 
 How it runs: one forward over a batch of rows, each row writing its new tokens' K/V at its own slots of a
 pre-allocated static cache (`KVCache`, [layers, batch, kv_heads, max_seq, head_dim]) and attending through an
@@ -29,26 +30,25 @@ import torch.nn.functional as F
 from trtspec.artifacts.hf import ModelConfig, rope_inv_freq
 from trtspec.artifacts.weights import load_weights
 from trtspec.errors import ModelError
+from trtspec.runtime.architectures import architecture
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # The runtime's name for the config it runs (one class: the artifacts layer's).
 LlamaConfig = ModelConfig
-ROPE_TYPES = ("default", "linear", "llama3", "dynamic")
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 
 
 def check_supported(cfg: ModelConfig) -> None:
     """The torch runtime's capability check: what this module's forward computes exactly."""
     where = cfg.source
-    if cfg.model_type != "llama":
-        raise ModelError(f"{where}: model_type {cfg.model_type!r} is not supported (only 'llama')",
-                         hint="the torch runtime runs Llama-architecture checkpoints")
+    architecture(cfg)  # one error naming an unsupported architecture and listing the supported ones
     if cfg.hidden_act != "silu":
         raise ModelError(f"{where}: hidden_act {cfg.hidden_act!r} is not supported (only 'silu')")
-    if cfg.partial_rotary_factor != 1.0:
-        raise ModelError(f"{where}: partial_rotary_factor is not supported")
     if cfg.rope_type not in ROPE_TYPES:
         raise ModelError(f"{where}: rope type {cfg.rope_type!r} is not supported",
                          hint=f"supported: {', '.join(ROPE_TYPES)}")
+    if cfg.partial_rotary_factor != 1.0:
+        raise ModelError(f"{where}: partial_rotary_factor is not supported")
 
 
 def compute_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch.dtype:
@@ -156,18 +156,25 @@ class LayerWeights:
     mlp_norm: torch.Tensor
     gate_up: Linear  # gate and up fused: [2 * intermediate, hidden]
     down: Linear
+    q_norm: torch.Tensor | None = None  # [head_dim] RMSNorm weights on q and k (Qwen3)
+    k_norm: torch.Tensor | None = None
+    window: int | None = None  # sliding attention window of this layer (Mistral, Qwen2/3)
 
 
 def layer_from_hf(w: dict[str, torch.Tensor], prefix: str, cfg: ModelConfig, dtype, device, *,
-                  input_norm: bool = True, weight_dtype: torch.dtype | None = None) -> LayerWeights:
+                  input_norm: bool = True, weight_dtype: torch.dtype | None = None,
+                  window: int | None = None) -> LayerWeights:
     def get(name: str) -> torch.Tensor:
         key = prefix + name
         if key not in w:
             raise ModelError(f"checkpoint is missing tensor {key!r}")
         return w[key].to(device=device, dtype=dtype)
 
-    def opt(name: str) -> torch.Tensor | None:
-        return get(name) if prefix + name in w else None
+    arch = architecture(cfg)
+    bias = arch.biases(cfg)
+
+    def opt(name: str, has: bool) -> torch.Tensor | None:  # a bias the architecture has must be there
+        return get(name) if has else None
 
     a = "self_attn."
     q, k, v = get(a + "q_proj.weight"), get(a + "k_proj.weight"), get(a + "v_proj.weight")
@@ -177,18 +184,19 @@ def layer_from_hf(w: dict[str, torch.Tensor], prefix: str, cfg: ModelConfig, dty
         raise ModelError(f"{prefix}self_attn: q/k/v shapes {tuple(q.shape)}/{tuple(k.shape)}/{tuple(v.shape)} "
                          f"do not match the config (heads {cfg.num_heads}, kv heads {cfg.num_kv_heads}, "
                          f"head_dim {cfg.head_dim}, hidden {cfg.hidden_size})")
-    bq = opt(a + "q_proj.bias")
-    bqkv = torch.cat([bq, get(a + "k_proj.bias"), get(a + "v_proj.bias")]) if bq is not None else None
+    bqkv = torch.cat([get(a + "q_proj.bias"), get(a + "k_proj.bias"), get(a + "v_proj.bias")]) if bias["qkv"] else None
     m = "mlp."
-    bg = opt(m + "gate_proj.bias")
+    bgu = torch.cat([get(m + "gate_proj.bias"), get(m + "up_proj.bias")]) if bias["mlp"] else None
     return LayerWeights(
         attn_norm=get("input_layernorm.weight") if input_norm else None,
         qkv=Linear(wqkv, bqkv, dtype=weight_dtype),
-        o=Linear(get(a + "o_proj.weight"), opt(a + "o_proj.bias"), dtype=weight_dtype),
+        o=Linear(get(a + "o_proj.weight"), opt(a + "o_proj.bias", bias["o"]), dtype=weight_dtype),
         mlp_norm=get("post_attention_layernorm.weight"),
         gate_up=Linear(torch.cat([get(m + "gate_proj.weight"), get(m + "up_proj.weight")]).contiguous(),
-                       torch.cat([bg, get(m + "up_proj.bias")]) if bg is not None else None, dtype=weight_dtype),
-        down=Linear(get(m + "down_proj.weight"), opt(m + "down_proj.bias"), dtype=weight_dtype),
+                       bgu, dtype=weight_dtype),
+        down=Linear(get(m + "down_proj.weight"), opt(m + "down_proj.bias", bias["mlp"]), dtype=weight_dtype),
+        q_norm=opt(a + "q_norm.weight", arch.qk_norm), k_norm=opt(a + "k_norm.weight", arch.qk_norm),
+        window=window,
     )
 
 
@@ -215,8 +223,9 @@ class Llama:
         if tuple(self.embed.shape) != (cfg.vocab_size, cfg.hidden_size):
             raise ModelError(f"{name}: embed_tokens shape {tuple(self.embed.shape)} does not match the config "
                              f"(vocab {cfg.vocab_size}, hidden {cfg.hidden_size})")
+        windows = architecture(cfg).windows(cfg)
         self.layers = [layer_from_hf(weights, f"{prefix}layers.{i}.", cfg, dtype, device, input_norm=input_norm,
-                                     weight_dtype=weight_dtype) for i in range(cfg.num_layers)]
+                                     weight_dtype=weight_dtype, window=windows[i]) for i in range(cfg.num_layers)]
         self.norm = get(prefix + "norm.weight") if final_norm else None
         if lm_head is not None:
             self.lm_head = lm_head
@@ -293,8 +302,11 @@ class Llama:
         S = mask.shape[-1] if mask is not None else start[0] + T
         cos, sin = F.embedding(positions, self.rope).unsqueeze(2).chunk(2, dim=-1)
         write = _writer(start, T, B, row0, self.device)
+        masks: dict[int | None, torch.Tensor | None] = {None: mask}
         for i, lw in enumerate(layers if layers is not None else self.layers):
-            x = self.block(x, lw, cache.k[i], cache.v[i], cos, sin, write, mask, B, T, S, row0)
+            if lw.window not in masks:
+                masks[lw.window] = window_mask(mask, positions, start, S, lw.window)
+            x = self.block(x, lw, cache.k[i], cache.v[i], cos, sin, write, masks[lw.window], B, T, S, row0)
         return x
 
     def block(self, x, w: LayerWeights, kc, vc, cos, sin, write, mask, B, T, S, row0):
@@ -302,7 +314,12 @@ class Llama:
         nh, nkv, D = c.num_heads, c.num_kv_heads, c.head_dim
         h = x if w.attn_norm is None else F.rms_norm(x, (c.hidden_size,), w.attn_norm, c.rms_norm_eps)
         qkv = w.qkv(h).view(B, T, nh + 2 * nkv, D)
-        qk = apply_rope(qkv[:, :, : nh + nkv], cos, sin)
+        if w.q_norm is None:
+            qk = apply_rope(qkv[:, :, : nh + nkv], cos, sin)
+        else:  # Qwen3: RMSNorm over each head's dims on q and k, before RoPE
+            qk = apply_rope(torch.cat([F.rms_norm(qkv[:, :, :nh], (D,), w.q_norm, c.rms_norm_eps),
+                                       F.rms_norm(qkv[:, :, nh:nh + nkv], (D,), w.k_norm, c.rms_norm_eps)], 2),
+                            cos, sin)
         write(kc, qk[:, :, nh:])
         write(vc, qkv[:, :, nh + nkv:])
         o = F.scaled_dot_product_attention(
@@ -315,6 +332,22 @@ class Llama:
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         return self.head(h)
+
+
+def window_mask(mask: torch.Tensor | None, positions: torch.Tensor, start: list[int], S: int,
+                window: int) -> torch.Tensor | None:
+    """`mask` narrowed to a sliding window: a query at position p also needs key position > p - window (as
+    transformers' sliding_window_overlay). Committed slot s holds position s; the step's own entries at slots
+    start[b].. hold `positions` (a tree's nodes share depths). None (no narrowing) while every position is
+    inside the window."""
+    if int(positions.max()) < window:
+        return mask
+    B, T = positions.shape
+    kpos = torch.arange(S, device=positions.device).repeat(B, 1)
+    for b in range(B):
+        kpos[b, start[b]:start[b] + T] = positions[b, : max(0, min(T, S - start[b]))]
+    near = kpos[:, None, None, :] > positions[:, None, :, None] - window  # [B, 1, T, S]
+    return near if mask is None else mask & near
 
 
 def _writer(start: list[int], T: int, B: int, row0: int, device):

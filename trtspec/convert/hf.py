@@ -18,8 +18,11 @@ from trtspec.errors import ConvertError
 if TYPE_CHECKING:  # torch is imported only when tensors are touched (keeps cache checks fast)
     import torch
 
-# Architectures whose weights the Llama converter understands (HF `architectures[0]`).
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM",)
+# Architectures whose weights the Llama converter understands (HF `architectures[0]`): the Llama family as
+# TensorRT-LLM's own Llama converter takes it (Mistral's weights are Llama's; its sliding window is TensorRT-LLM's
+# runtime `max_attention_window_size`, not a checkpoint key). Qwen2/Qwen3 and the rest go through
+# `trtllm-llmapi`, which reads Hugging Face checkpoints itself.
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM")
 # What the converter writes, per role: the TensorRT-LLM `architecture` of the checkpoint.
 TRTLLM_ARCHITECTURES = ("LlamaForCausalLM", "MedusaForCausalLM", "EagleForCausalLM")
 
@@ -42,8 +45,9 @@ def model_config(model_dir: Path) -> ModelConfig:
     if arch not in SUPPORTED_ARCHITECTURES:
         raise ConvertError(
             f"{where}: architecture {arch!r} is not supported by the TensorRT-LLM converter",
-            hint=f"supported architectures: {', '.join(SUPPORTED_ARCHITECTURES)} "
-                 "(plus Medusa heads and EAGLE-1 heads on top of them)")
+            hint=f"the converter takes the Llama family: {', '.join(SUPPORTED_ARCHITECTURES)} (plus Medusa heads "
+                 "and EAGLE-1 heads on top of them); for other architectures use runtime.kind = \"trtllm-llmapi\", "
+                 "which reads Hugging Face checkpoints directly")
     return ModelConfig.from_dir(model_dir, ConvertError)
 
 

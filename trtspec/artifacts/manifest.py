@@ -1,6 +1,6 @@
 """One manifest shape for what trtspec writes beside its outputs.
 
-    {"kind": "lock" | "convert" | "repository" | "demo-family",
+    {"kind": "lock" | "convert" | "repository" | "demo-family" | "import",
      "format": <int, per kind>,
      "created": "<ISO 8601 UTC>" | None,
      "versions": {"python", "trtspec", "torch", ...},
@@ -10,7 +10,7 @@
 
 Files: `engines/<name>/trtspec.lock.json` (builds), `<checkpoint>/trtspec.convert.json` (conversions),
 `model_repository/<name>/trtspec.repo.json` (TensorRT-LLM repositories), `examples/models/MANIFEST.json`
-(the demo family). Written atomically. A rendered repository's manifest has `created: None`: it is part of
+(the demo family), `<checkpoint>/trtspec.import.json` (GGUF imports, artifacts/gguf.py). Written atomically. A rendered repository's manifest has `created: None`: it is part of
 the rendered files, whose digest decides whether the repository is written again, so equal renders must be
 equal bytes.
 
@@ -28,9 +28,9 @@ from typing import Any
 
 from trtspec.artifacts import fs
 
-LOCK, CONVERT, REPOSITORY, DEMO = "lock", "convert", "repository", "demo-family"
+LOCK, CONVERT, REPOSITORY, DEMO, IMPORT = "lock", "convert", "repository", "demo-family", "import"
 FILE_NAMES = {LOCK: "trtspec.lock.json", CONVERT: "trtspec.convert.json", REPOSITORY: "trtspec.repo.json",
-              DEMO: "MANIFEST.json"}
+              DEMO: "MANIFEST.json", IMPORT: "trtspec.import.json"}
 _NOW = object()
 
 

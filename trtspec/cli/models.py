@@ -1,4 +1,5 @@
-"""`trtspec models ...`: the shipped demo model family (see trtspec.train.demo)."""
+"""`trtspec models ...`: the shipped demo model family (see trtspec.train.demo) and GGUF imports
+(trtspec.artifacts.gguf)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,55 @@ def register(main: click.Group) -> None:
 
 @click.group("models")
 def models() -> None:
-    """Demo model family: a stdlib-trained Llama target with draft, Medusa and EAGLE drafters."""
+    """Model files: the stdlib-trained demo family (target + draft, Medusa and EAGLE drafters), and GGUF
+    imports into Hugging Face checkpoints."""
+
+
+@models.command("import")
+@click.argument("src", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Checkpoint directory to write (appears complete or not at all).")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True,
+              help="dtype of the written weights (float32 keeps the GGUF's dequantized values exactly).")
+@click.option("--force", is_flag=True, help="Replace --out when it holds something else than this import.")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+def import_(src: Path, out: Path, dtype: str, force: bool, as_json: bool) -> None:
+    """Import a llama.cpp GGUF file (SRC) as a Hugging Face checkpoint: model.safetensors, config.json,
+    generation_config.json, tokenizer.json + tokenizer_config.json (with the chat template) and the
+    manifest trtspec.import.json (source sha256, tensors, dtype, tool versions). Importing the same file
+    with the same dtype again writes nothing.
+
+    \b
+    Example:
+      trtspec models import SmolLM2-135M-Instruct.Q4_1.gguf --out examples/models/smollm2-135m-instruct
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from trtspec.artifacts.gguf import import_gguf
+
+    console = Console(stderr=True)
+    progress = Progress(TextColumn("[bold]{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=console, disable=as_json or not console.is_terminal)
+    tasks: dict[str, int] = {}
+
+    def report(phase: str, done: int, total: int) -> None:
+        if phase not in tasks:
+            tasks[phase] = progress.add_task(phase, total=total)
+            if not console.is_terminal and not as_json:
+                console.log(phase)
+        progress.update(tasks[phase], completed=done, total=total)
+
+    with progress:
+        m = import_gguf(src, out, dtype, force=force, report=report)
+    if as_json:
+        click.echo(json.dumps({k: v for k, v in m.items() if k != "tensors"} | {"tensors": m["tensors"]["count"]},
+                              indent=2))
+    elif m.get("skipped"):
+        click.echo(f"{out}: already imported from {src.name} ({dtype}); nothing written")
+    else:
+        t = m["tensors"]
+        click.echo(f"wrote {out}: {t['count']} tensors, {t['parameters'] / 1e6:.1f}M parameters, {dtype}")
 
 
 def _progress_reporter(console):

@@ -13,8 +13,9 @@ explicit boolean mask — a causal chain, a padded batch or a draft tree all use
 the per-row lengths (see `cache.py`), so rejecting draft tokens is just moving a length pointer back.
 
 dtype: weights are stored in the checkpoint's dtype and cast to the *compute* dtype at load. On CPU the compute
-dtype is float32 whatever `spec.model.dtype` says (fp16/bf16 matmuls are slow on CPU and fp32 is what the
-logits test checks); on CUDA it is the serving dtype.
+dtype is float32 whatever `spec.model.dtype` says (fp32 is what the logits tests check); the matmul weights are
+bfloat16 where the CPU has native bf16 and the spec serves a 16-bit dtype (`target_weight_dtype`, measured
+reasons there), else float32; on CUDA everything is the serving dtype.
 """
 
 from __future__ import annotations
@@ -74,6 +75,24 @@ def draft_dtype(dtype: str | torch.dtype, device: str | torch.device, nbytes: in
     if torch.device(device).type == "cpu" and big and cpu_has_fast_bf16():
         return torch.bfloat16
     return compute_dtype(dtype, device)
+
+
+def target_weight_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch.dtype | None:
+    """The dtype of the target's matmul weights on CPU when the spec serves a 16-bit dtype: bfloat16 on CPUs
+    that multiply it natively (avx512_bf16/AMX, through oneDNN for every row count, so a decode step and a
+    verify pass run one kernel and spec and plain decoding stay token-identical), halving the memory traffic
+    of a memory-bound decode; None (= the compute dtype, float32) otherwise. Measured on the project's CPUs
+    without native bf16 (AVX2, 2 threads, SmolLM2-135M): a bf16 GEMV is slower than fp32 oneDNN; an fp16 GEMV
+    is 1.7x faster for one row (LM head 2.8 vs 4.8 ms) but 2-5x slower for the 2..40-row passes (verify,
+    prefill: no oneDNN fp16 there) and rounds differently from them, so fp32 serves there.
+    `TRTSPEC_TARGET_DTYPE=float32|bfloat16` forces a choice."""
+    forced = os.environ.get("TRTSPEC_TARGET_DTYPE")
+    if forced:
+        return _DTYPES[forced]
+    want = _DTYPES[dtype] if isinstance(dtype, str) else dtype
+    if torch.device(device).type == "cpu" and want != torch.float32 and cpu_has_fast_bf16():
+        return torch.bfloat16
+    return None
 
 
 @functools.lru_cache(maxsize=1)
@@ -254,11 +273,13 @@ class Llama:
     @classmethod
     def from_dir(cls, path: str | Path, *, dtype: str | torch.dtype = "float32", device: str = "cpu",
                  max_seq: int = 4096, name: str | None = None, weight_dtype: torch.dtype | None = None) -> "Llama":
-        """Load an HF Llama dir computing in compute_dtype(dtype, device); matmul weights in weight_dtype."""
+        """Load an HF checkpoint dir computing in compute_dtype(dtype, device); matmul weights in weight_dtype
+        (default: target_weight_dtype, by the CPU's capability)."""
         cfg = ModelConfig.from_dir(path)
         check_supported(cfg)  # before reading any weights
         return cls(cfg, load_weights(path), dtype=compute_dtype(dtype, device), device=device,
-                   max_seq=max_seq, name=name or Path(path).name, weight_dtype=weight_dtype)
+                   max_seq=max_seq, name=name or Path(path).name,
+                   weight_dtype=weight_dtype or target_weight_dtype(dtype, device))
 
     @property
     def num_params(self) -> int:

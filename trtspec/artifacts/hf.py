@@ -8,7 +8,8 @@ keys) is refused here as one ModelError naming the file and the key. Defaults tr
 the shape keys are not trusted: a config missing one of `REQUIRED` is an error, not a 4096-wide model.
 
 What the file says, not transformers' class defaults, decides the special tokens (`eos_token_ids`,
-`bos_token_id`): LlamaConfig() has eos 2 and bos 1, a config that names none has none.
+`bos_token_id`): LlamaConfig() has eos 2 and bos 1, a config that names none has none. A checkpoint's
+`generation_config.json` adds its EOS ids (every one of them ends a reply, as in transformers' generate).
 
 This module only parses: which architectures, activations and rope types a consumer can run is that
 consumer's capability check (the torch runtime's in runtime/llama.py, the converter's in convert/hf.py).
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     import torch
 
 CONFIG = "config.json"
+GENERATION_CONFIG = "generation_config.json"
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 # ModelConfig field -> the HF config key it is read from (the rest are spelled alike).
 HF_KEYS = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
@@ -86,7 +88,11 @@ class ModelConfig:
 
         hf = _guard(lambda: AutoConfig.from_pretrained(str(path), trust_remote_code=False, local_files_only=True),
                     str(file), error)
-        return cls._from_hf(hf, raw, str(file), error)
+        cfg = cls._from_hf(hf, raw, str(file), error)
+        more = generation_eos_ids(path)
+        if more:  # every EOS of generation_config.json ends a reply too (Llama 3: <|eot_id|>, <|eom_id|>)
+            cfg = dataclasses.replace(cfg, eos_token_ids=tuple(dict.fromkeys(cfg.eos_token_ids + more)))
+        return cfg
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], where: str = CONFIG,
@@ -225,6 +231,16 @@ class ModelConfig:
         """"<key> <mine> differs from <whose> <theirs>" for every field in which the two disagree."""
         return [f"{self.key(f)} {getattr(self, f)} differs from {whose} {getattr(other, f)}"
                 for f in fields if getattr(self, f) != getattr(other, f)]
+
+
+def generation_eos_ids(path: str | Path) -> tuple[int, ...]:
+    """The eos_token_id(s) of a checkpoint's generation_config.json (what `generate` stops at); () when it
+    has none or the file is missing or unreadable (it only adds stop tokens to config.json's)."""
+    from trtspec.artifacts.fs import read_json
+
+    eos = (read_json(Path(path) / GENERATION_CONFIG) or {}).get("eos_token_id")
+    values = eos if isinstance(eos, list) else [eos]
+    return tuple(int(e) for e in values if isinstance(e, int) and not isinstance(e, bool) and e >= 0)
 
 
 def with_legacy_keys(raw: dict[str, Any], cfg: ModelConfig) -> dict[str, Any]:

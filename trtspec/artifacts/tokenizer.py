@@ -1,4 +1,5 @@
-"""Tokenizers: loading a checkpoint's fast tokenizer, and the fingerprint that tells two apart.
+"""Tokenizers: loading a checkpoint's fast tokenizer, the fingerprint that tells two apart, and chat prompts
+(the tokenizer's chat template, shared by `generate --chat` and the served `messages` input).
 
 Draft and target must tokenize alike for a draft's tokens to mean anything to the target: `fingerprint`
 hashes what decides the ids (vocabulary, merges, model type, added tokens) and nothing cosmetic, from
@@ -12,8 +13,10 @@ import json
 import os
 from pathlib import Path
 
+from typing import Any
+
 from trtspec.artifacts.fs import read_json_object
-from trtspec.errors import ModelError
+from trtspec.errors import GenerationError, ModelError, TrtspecError
 
 TOKENIZER_JSON = "tokenizer.json"
 
@@ -49,3 +52,51 @@ def fingerprint(tok_dir: Path) -> str | None:
                "added": [(t.get("id"), t.get("content")) for t in (added if isinstance(added, list) else [])
                          if isinstance(t, dict)]}
     return hashlib.sha256(json.dumps(essence, sort_keys=True).encode()).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------- chat
+
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+MAX_MESSAGES = 256
+
+
+def chat_messages(value: Any, error: type[TrtspecError] = GenerationError) -> list[dict[str, str]]:
+    """A chat as the tokenizer's template takes it: a JSON array (text or parsed) of {"role", "content"}
+    objects, roles among CHAT_ROLES, contents strings. Anything else is one `error` saying what is wrong."""
+    if isinstance(value, (str, bytes)):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise error(f"messages: not JSON ({exc})", hint='send [{"role": "user", "content": "..."}]') from None
+    if not isinstance(value, list) or not value:
+        raise error("messages: must be a non-empty JSON array of {\"role\", \"content\"} objects",
+                    hint='send [{"role": "user", "content": "..."}]')
+    if len(value) > MAX_MESSAGES:
+        raise error(f"messages: {len(value)} messages, more than {MAX_MESSAGES}")
+    out = []
+    for i, m in enumerate(value):
+        if not isinstance(m, dict) or not isinstance(m.get("content"), str) or m.get("role") not in CHAT_ROLES:
+            raise error(f"messages[{i}]: must be {{\"role\": one of {', '.join(CHAT_ROLES)}, \"content\": a string}}")
+        out.append({"role": m["role"], "content": m["content"]})
+    return out
+
+
+def render_chat(tokenizer: Any, messages: list[dict[str, str]], error: type[TrtspecError] = GenerationError) -> str:
+    """The prompt text of a chat: the tokenizer's chat template with the generation prompt (the assistant's
+    turn opened). Encode it without adding special tokens: the template writes them (a BOS added again
+    would be a second one)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise error("this model's tokenizer has no chat template",
+                    hint="send plain text instead, or use a checkpoint whose tokenizer_config.json has chat_template")
+    try:
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    except Exception as exc:  # the template's own checks (jinja raise_exception: roles must alternate, ...)
+        raise error(f"messages: the chat template refused them: {' '.join(str(exc).split())[:200]}") from None
+
+
+def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, str]] | str) -> list[int]:
+    """The prompt ids of a chat (a user message when `messages` is a string), as the served preprocessing
+    makes them: the rendered template, encoded without adding special tokens."""
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": messages}]
+    return list(tokenizer.encode(render_chat(tokenizer, chat_messages(messages)), add_special_tokens=False))

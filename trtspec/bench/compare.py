@@ -82,25 +82,30 @@ def _pct(values: list[float], q: int) -> float | None:
 Runner = Callable[[str, "int | None"], tuple[str, int, float, float | None, int, int, int]]
 
 
-def local_runner(spec: Spec, max_tokens: int) -> Runner:
+def local_runner(spec: Spec, max_tokens: int, chat: bool = False) -> Runner:
+    """In-process requests; `chat`: each prompt is a user message rendered with the chat template."""
+    from trtspec.artifacts.tokenizer import chat_prompt_ids
     from trtspec.runtime import SamplingParams, SpecEngine
 
     engine = SpecEngine.from_spec(spec)
 
     def run(prompt: str, k: int | None):
-        r = engine.generate(prompt, SamplingParams(max_new_tokens=max_tokens, num_draft_tokens=k))
+        ids = chat_prompt_ids(engine.tokenizer, prompt) if chat else prompt
+        r = engine.generate(ids, SamplingParams(max_new_tokens=max_tokens, num_draft_tokens=k))
         return r.text, len(r.tokens), r.seconds, r.ttft_seconds, r.drafted, r.accepted, r.steps
 
     return run
 
 
-def remote_runner(url: str, max_tokens: int, timeout: float = 120.0, options=None) -> Runner:
-    """Requests to the server at `url` (`options`: TLS and headers, trtspec.client.GrpcOptions)."""
+def remote_runner(url: str, max_tokens: int, timeout: float = 120.0, options=None, chat: bool = False) -> Runner:
+    """Requests to the server at `url` (`options`: TLS and headers, trtspec.client.GrpcOptions); `chat`: each
+    prompt is sent as a user message (the server renders the chat template)."""
     from trtspec.client import generate_remote
 
     def run(prompt: str, k: int | None):
+        messages = [{"role": "user", "content": prompt}] if chat else None
         r = generate_remote(url, prompt, max_tokens=max_tokens, stream=True, num_draft_tokens=k, timeout=timeout,
-                            options=options)
+                            options=options, messages=messages)
         return (r.text, r.new_tokens, r.seconds, r.ttft_seconds, r.total_draft_tokens,
                 r.total_accepted_draft_tokens, r.steps or 0)
 

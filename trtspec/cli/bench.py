@@ -24,10 +24,12 @@ from trtspec.cli.options import grpc_client_options, json_option
               help="How many prompts to run.")
 @click.option("--max-tokens", default=128, show_default=True, type=click.IntRange(min=1),
               help="New tokens per request.")
+@click.option("--chat", is_flag=True, help="Each prompt is a user message, rendered with the tokenizer's chat "
+              "template (by the server for --url).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Also write a PNG bar chart.")
 @grpc_client_options
 @json_option
-def bench(configs, local, url, prompts_file, num_prompts, max_tokens, plot_path, as_json, grpc_options) -> None:
+def bench(configs, local, url, prompts_file, num_prompts, max_tokens, chat, plot_path, as_json, grpc_options) -> None:
     """Measure speculative decoding against plain decoding of the same target, request by
     request in one run (batch 1, greedy): tokens/s, latency, TTFT, acceptance, tokens per step,
     the speedup, and whether the outputs were identical.
@@ -36,6 +38,7 @@ def bench(configs, local, url, prompts_file, num_prompts, max_tokens, plot_path,
     Examples:
       trtspec bench --local -c examples/demo/draft-model.toml -c examples/demo/eagle.toml
       trtspec bench -c examples/demo/draft-model.toml --max-tokens 64 --json
+      trtspec bench --local -c examples/smollm2/lookahead.toml --chat --prompts examples/smollm2/chat.jsonl
     """
     from rich.console import Console
     from rich.progress import Progress
@@ -50,12 +53,12 @@ def bench(configs, local, url, prompts_file, num_prompts, max_tokens, plot_path,
         prompts = cmp.read_prompts(Path(prompts_file)) if prompts_file else cmp.default_prompts(spec, num_prompts)
         prompts = prompts[:num_prompts]
         if local:
-            runner, where = cmp.local_runner(spec, max_tokens), "in-process"
+            runner, where = cmp.local_runner(spec, max_tokens, chat), "in-process"
         else:
             from trtspec.client import resolve_url
 
             target = resolve_url(url, config)
-            runner, where = cmp.remote_runner(target, max_tokens, options=grpc_options), f"served ({target})"
+            runner, where = cmp.remote_runner(target, max_tokens, options=grpc_options, chat=chat), f"served ({target})"
         with Progress(console=console, transient=True, disable=as_json) as progress:
             task = progress.add_task(f"{spec.name}", total=len(prompts))
             reports.append(cmp.compare(spec, prompts, runner, max_tokens=max_tokens, where=where,

@@ -50,12 +50,16 @@ def _stats_line(d: dict) -> str:
               help="Draft tokens per step (default: the spec's, adaptive). 0 disables speculation.")
 @click.option("--no-spec", is_flag=True, help="Plain decoding, no speculation (same as --num-draft-tokens 0).")
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
+@click.option("--chat", is_flag=True,
+              help="The prompt is a user message: render it with the tokenizer's chat template (the server "
+                   "does it for --url) and stop at the generation config's EOS.")
+@click.option("--system", metavar="TEXT", help="With --chat: a system message before the user's.")
 @click.option("--stream/--no-stream", default=True, show_default=True, help="Print tokens as they arrive.")
 @click.option("--timeout", default=120.0, show_default=True, type=float, help="Seconds to wait for a server.")
 @grpc_client_options
 @json_option
 def generate(config, local, url, prompt, max_tokens, temperature, top_k, top_p, seed, num_draft_tokens,
-             no_spec, stop, stream, timeout, as_json, grpc_options) -> None:
+             no_spec, stop, chat, system, stream, timeout, as_json, grpc_options) -> None:
     """Generate a completion with speculative decoding, printing the text and its stats
     (tokens/s, time to first token, acceptance, tokens per step).
 
@@ -65,16 +69,21 @@ def generate(config, local, url, prompt, max_tokens, temperature, top_k, top_p, 
       trtspec generate --url localhost:8001 -p "import os" --max-tokens 64
       trtspec generate --url grpcs://llm.example:443 --root-certs ca.pem -H authorization="Bearer $T" -p "x"
       echo "class Foo:" | trtspec generate -c trtspec.toml -p - --json
+      trtspec generate --local -c examples/smollm2/plain.toml --chat -p "What is a Python generator?"
     """
     text = _read_prompt(prompt)
+    if system and not chat:
+        raise click.UsageError("--system needs --chat")
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+    messages = messages if chat else None
     k = 0 if no_spec else num_draft_tokens
     show = stream and not as_json
     on_text = _echo_after_prompt(text) if show else None
     if local:
-        result = _local(config, text, max_tokens, temperature, top_k, top_p, seed, k, stop, on_text)
+        result = _local(config, text, max_tokens, temperature, top_k, top_p, seed, k, stop, on_text, messages)
     else:
         result = _remote(config, url, text, max_tokens, temperature, top_k, top_p, seed, k, stop, stream,
-                         timeout, on_text, grpc_options)
+                         timeout, on_text, grpc_options, messages)
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
@@ -98,17 +107,23 @@ def _echo_after_prompt(prompt: str):
     return on_text
 
 
-def _local(config, text, max_tokens, temperature, top_k, top_p, seed, k, stop, on_text) -> dict:
+def _local(config, text, max_tokens, temperature, top_k, top_p, seed, k, stop, on_text, messages=None) -> dict:
     from trtspec.runtime import SamplingParams, SpecEngine
     from trtspec.spec import load_spec
 
     engine = SpecEngine.from_spec(load_spec(config))
     params = SamplingParams(max_new_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                             seed=seed, stop=tuple(stop), num_draft_tokens=k)
-    if on_text is None:
-        d = engine.generate(text, params).to_dict()
+    if messages is None:
+        prompt = text
     else:
-        d = _stream_local(engine, text, params, on_text)
+        from trtspec.artifacts.tokenizer import chat_prompt_ids
+
+        prompt = chat_prompt_ids(engine.tokenizer, messages)
+    if on_text is None:
+        d = engine.generate(prompt, params).to_dict()
+    else:
+        d = _stream_local(engine, prompt, params, on_text)
     d["new_tokens"] = len(d["tokens"])
     d["method"] = engine.method if (k is None or k > 0) else "none"
     return d
@@ -137,12 +152,13 @@ def _stream_local(engine, text, params, on_text) -> dict:
 
 
 def _remote(config, url, text, max_tokens, temperature, top_k, top_p, seed, k, stop, stream, timeout,
-            on_text, grpc_options=None) -> dict:
+            on_text, grpc_options=None, messages=None) -> dict:
     from trtspec.client import generate_remote, resolve_url
 
     result = generate_remote(resolve_url(url, config), text, max_tokens=max_tokens, stream=stream,
                              temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, num_draft_tokens=k,
-                             stop=list(stop), timeout=timeout, on_text=on_text, options=grpc_options)
+                             stop=list(stop), timeout=timeout, on_text=on_text, options=grpc_options,
+                             messages=messages)
     return result.to_dict()
 
 

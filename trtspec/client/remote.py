@@ -239,7 +239,7 @@ def _server_error(error: Exception) -> ClientError:
 
 
 def _inputs(prompt: str, max_tokens: int, stream: bool, temperature: float, top_k: int, top_p: float,
-            seed: int | None, num_draft_tokens: int | None, stop: Sequence[str]) -> list:
+            seed: int | None, num_draft_tokens: int | None, stop: Sequence[str], messages: Any = None) -> list:
     import numpy as np
     import tritonclient.grpc as grpcclient
 
@@ -249,8 +249,11 @@ def _inputs(prompt: str, max_tokens: int, stream: bool, temperature: float, top_
         tensor.set_data_from_numpy(array)
         return tensor
 
+    import json
+
+    text = ("messages", json.dumps(list(messages))) if messages is not None else ("text_input", prompt)
     inputs = [
-        make("text_input", prompt.encode("utf-8"), "BYTES", np.object_),
+        make(text[0], text[1].encode("utf-8"), "BYTES", np.object_),
         make("max_tokens", max_tokens, "INT32", np.int32),
         make("stream", bool(stream), "BOOL", np.bool_),
         make("temperature", temperature, "FP32", np.float32),
@@ -290,16 +293,18 @@ def generate_remote(
     on_text: Callable[[str], None] | None = None,
     model: str = DEFAULT_MODEL,
     options: GrpcOptions | None = None,
+    messages: Sequence[dict[str, str]] | None = None,
 ) -> RemoteResult:
     """Send one prompt to the ensemble `model` at `url` (Triton's gRPC endpoint: HOST:PORT, or
     grpcs://HOST:PORT for TLS; `options` for TLS material and headers).
 
     With `stream`, `on_text` is called with each piece of text as it arrives (without it, once
     with the whole text). `num_draft_tokens=None` uses the deployment's K, 0 disables speculation.
-    `timeout` bounds the whole request. Raises ClientError on any failure."""
+    `timeout` bounds the whole request. `messages` ([{"role", "content"}, ...]) sends a chat instead of
+    `prompt`, which the server renders with its tokenizer's chat template. Raises ClientError on any failure."""
     from tritonclient.utils import InferenceServerException
 
-    inputs = _inputs(prompt, max_tokens, stream, temperature, top_k, top_p, seed, num_draft_tokens, stop)
+    inputs = _inputs(prompt, max_tokens, stream, temperature, top_k, top_p, seed, num_draft_tokens, stop, messages)
     client, url, tls = grpc_client(url, options)
     responses: queue.Queue = queue.Queue()
 

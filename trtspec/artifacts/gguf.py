@@ -18,6 +18,7 @@ an import of this file is replaced only with `force`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -128,7 +129,9 @@ def _write(src: Path, out: Path, dtype: str, report: Report) -> dict[str, Any]:
     _clean_tokenizer_config(out / "tokenizer_config.json")
     report("tokenizer", 1, 1)
     report("load", 0, 1)
-    model = _guard(lambda: AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **kw), src, "the model")
+    with _no_tqdm():
+        model = _guard(lambda: AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **kw), src,
+                       "the model")
     report("load", 1, 1)
     cfg = model.config
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
@@ -156,6 +159,24 @@ def _write(src: Path, out: Path, dtype: str, report: Report) -> dict[str, Any]:
     fs.write_json(out / "generation_config.json", gen.to_diff_dict())
     return {"gguf": meta, "tensors": {"count": len(tensors), "parameters": sum(t.numel() for t in tensors.values()),
                                       "names": {k: list(t.shape) for k, t in tensors.items()}}}
+
+
+@contextlib.contextmanager
+def _no_tqdm():
+    """transformers' GGUF loader draws its own tqdm bar (not behind its progress-bar switch); the caller's
+    `report` shows progress instead."""
+    import functools
+
+    from transformers import modeling_gguf_pytorch_utils as loader
+
+    bar = getattr(loader, "tqdm", None)
+    if bar is not None:
+        loader.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        if bar is not None:
+            loader.tqdm = bar
 
 
 def _clean_tokenizer_config(path: Path) -> None:

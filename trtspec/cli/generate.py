@@ -78,7 +78,7 @@ def generate(config, local, url, prompt, max_tokens, temperature, top_k, top_p, 
     messages = messages if chat else None
     k = 0 if no_spec else num_draft_tokens
     show = stream and not as_json
-    on_text = _echo_after_prompt(text) if show else None
+    on_text = _echo_after_prompt(text + "\n" if chat else text) if show else None
     if local:
         result = _local(config, text, max_tokens, temperature, top_k, top_p, seed, k, stop, on_text, messages)
     else:

@@ -43,3 +43,16 @@ def test_greedy_speculation_equals_plain_decoding(arch_root, method):
     assert sum(r.drafted for r in spec) > 0  # speculation ran
     if method == "draft-model":  # a near copy of the target: drafts get accepted, the accepted path is used
         assert sum(r.accepted for r in spec) > 0
+
+
+def test_check_and_build_accept_every_architecture(arch_root, tmp_path):
+    """The pair check (what `trtspec check` and the torch build run first) takes every architecture the
+    runtime runs, and a torch build of it goes through."""
+    from trtspec.artifacts.pair import check_pair
+    from trtspec.builders import BuildOptions, build
+    from trtspec.spec import load_spec
+
+    spec = load_spec(family.write_spec(arch_root, "lookahead"))
+    assert check_pair(spec).problems == []
+    result = build(spec, BuildOptions(out_engines=tmp_path / "engines", out_repo=tmp_path / "repo", progress=False))
+    assert (tmp_path / "engines").is_dir() and result.repository

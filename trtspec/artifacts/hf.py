@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     import torch
 
 CONFIG = "config.json"
+# The decoder architectures trtspec reads (model_type -> HF class): one Llama-shaped decoder, whose options per
+# architecture are the torch runtime's (runtime/architectures.py); the pair check and `check` accept these.
+DECODER_ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                         "qwen3": "Qwen3ForCausalLM"}
 GENERATION_CONFIG = "generation_config.json"
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 # ModelConfig field -> the HF config key it is read from (the rest are spelled alike).

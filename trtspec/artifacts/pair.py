@@ -16,12 +16,12 @@ from typing import Any
 from trtspec.artifacts import heads as layouts
 from trtspec.artifacts import tokenizer
 from trtspec.artifacts.fs import read_json_object
-from trtspec.artifacts.hf import CONFIG, ModelConfig, summary
+from trtspec.artifacts.hf import CONFIG, DECODER_ARCHITECTURES, ModelConfig, summary
 from trtspec.artifacts.weights import weight_shapes
 from trtspec.errors import ModelError
-from trtspec.spec import Problem, Spec, check_heads_depth
+from trtspec.spec import Problem, Spec
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM",)
+SUPPORTED_ARCHITECTURES = tuple(DECODER_ARCHITECTURES.values())
 _LAYER = re.compile(r"^(?:model\.)?layers\.(\d+)\.")
 
 
@@ -145,6 +145,8 @@ class PairReport:
 
 def check_pair(spec: Spec) -> PairReport:
     """Every problem between the spec's target and its drafter (empty list: they fit)."""
+    from trtspec import methods
+
     problems: list[Problem] = []
     target = Path(spec.model.target)
     raw = read_json_object(target / CONFIG, "checkpoint")
@@ -165,41 +167,9 @@ def check_pair(spec: Spec) -> PairReport:
                                    f"max_input_len + max_output_len + num_draft_tokens = {need} exceeds the target's "
                                    f"max_position_embeddings ({tgt.max_position_embeddings})",
                                    "lower limits.max_input_len / limits.max_output_len"))
-    drafter = None
-    s = spec.speculative
-    if s.method == "draft-model" and s.draft is not None:
-        dcfg = ModelConfig.from_dir(s.draft)
-        drafter = summary(dcfg.raw)
-        if dcfg.vocab_size != tgt.vocab_size:
-            problems.append(Problem("speculative.draft", str(s.draft),
-                                    f"vocab_size {dcfg.vocab_size} differs from the target's {tgt.vocab_size}",
-                                    "use a draft trained with the target's tokenizer"))
-        d_fp = tokenizer.fingerprint(s.draft)
-        if d_fp is not None and tok_fp is not None and d_fp != tok_fp:
-            problems.append(Problem("speculative.draft", str(s.draft), "its tokenizer differs from the target's",
-                                    "draft and target must share one tokenizer (same vocab and merges)"))
-        if need > dcfg.max_position_embeddings:
-            problems.append(Problem("speculative.draft", str(s.draft),
-                                    f"draft max_position_embeddings ({dcfg.max_position_embeddings}) < the sequence "
-                                    f"length needed ({need})", "lower the limits or use a draft with longer positions"))
-    elif s.method == "medusa" and s.heads is not None:
-        drafter = summary(read_json_object(Path(s.heads) / CONFIG, "Medusa heads"))
-        try:
-            mcfg = layouts.medusa_config(s.heads)
-        except ModelError as exc:
-            problems.append(_problem("speculative.heads", s.heads, exc))
-        else:
-            problems += [Problem("speculative.heads", str(s.heads), d, "use heads trained on this target")
-                         for d in mcfg.differences(tgt)]
-            problems.extend(check_heads_depth(spec, mcfg.num_heads))
-        if not (Path(s.heads) / layouts.MEDUSA_WEIGHTS).is_file():
-            problems.append(Problem("speculative.heads", str(s.heads), f"no {layouts.MEDUSA_WEIGHTS}",
-                                    f"export the heads as {layouts.MEDUSA_WEIGHTS}"))
-    elif s.method == "eagle" and s.heads is not None:
-        ecfg = layouts.eagle_config(s.heads, tgt)
-        drafter = summary(read_json_object(Path(s.heads) / CONFIG, "EAGLE head"))
-        problems += [Problem("speculative.heads", str(s.heads), d, "use heads trained on this target")
-                     for d in ecfg.differences(tgt, layouts.EAGLE_FIT)]
+    method = methods.get(spec.method)
+    drafter = method.drafter(spec)
+    problems += method.pair_problems(spec, tgt)  # the drafter vs the target: trtspec/methods/<name>.py
     problems.extend(weight_problems(spec, tgt))
     return PairReport(target=summary(raw), drafter=drafter, problems=problems)
 
@@ -208,16 +178,11 @@ def weight_problems(spec: Spec, tgt: ModelConfig | None = None) -> list[Problem]
     """config.json vs the weights (safetensors headers) of every checkpoint the spec serves: target, draft,
     heads. Checkpoints that are not there are skipped (check_paths reports them; CI jobs may hold only
     converted checkpoints)."""
-    s, out = spec.speculative, []
+    from trtspec import methods
+
     target = Path(spec.model.target)
     if not (target / CONFIG).is_file():
         return []
     tgt = tgt or ModelConfig.from_dir(target)
-    out += llama_weight_problems("model.target", target, tgt)
-    if s.method == "draft-model" and s.draft is not None and (Path(s.draft) / CONFIG).is_file():
-        out += llama_weight_problems("speculative.draft", Path(s.draft), ModelConfig.from_dir(s.draft))
-    if s.method in ("medusa", "eagle") and s.heads is not None and (Path(s.heads) / CONFIG).is_file():
-        out += (medusa_weight_problems("speculative.heads", Path(s.heads), tgt) if s.method == "medusa"
-                else llama_weight_problems("speculative.heads", Path(s.heads),
-                                           layouts.eagle_config(s.heads, tgt), head=True))
-    return out
+    out = llama_weight_problems("model.target", target, tgt)
+    return out + methods.get(spec.method).weight_problems(spec, tgt)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from trtspec.artifacts.hf import ModelConfig
+from trtspec.artifacts.hf import DECODER_ARCHITECTURES, ModelConfig
 from trtspec.errors import ModelError
 
 
@@ -48,12 +48,14 @@ class Architecture:
         return [cfg.sliding_window] * cfg.num_layers
 
 
+_D = DECODER_ARCHITECTURES
 ARCHITECTURES = {a.model_type: a for a in (
-    Architecture("llama", "LlamaForCausalLM", None, None, None),
-    Architecture("mistral", "MistralForCausalLM", False, False, False, sliding_window=True),
-    Architecture("qwen2", "Qwen2ForCausalLM", True, False, False, sliding_window=True),
-    Architecture("qwen3", "Qwen3ForCausalLM", None, None, False, qk_norm=True, sliding_window=True),
+    Architecture("llama", _D["llama"], None, None, None),
+    Architecture("mistral", _D["mistral"], False, False, False, sliding_window=True),
+    Architecture("qwen2", _D["qwen2"], True, False, False, sliding_window=True),
+    Architecture("qwen3", _D["qwen3"], None, None, False, qk_norm=True, sliding_window=True),
 )}
+assert set(ARCHITECTURES) == set(_D), "every decoder architecture the artifacts layer reads has its options here"
 
 
 def supported() -> str:

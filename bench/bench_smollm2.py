@@ -1,0 +1,165 @@
+"""SmolLM2-135M-Instruct at batch 1: trtspec against transformers on the same machine, in one run.
+
+    .venv/bin/python bench/bench_smollm2.py [--prompts 4] [--new 128] [--threads 2] [--no-served]
+
+Needs `make smollm2` (the import in examples/models/smollm2-135m-instruct/). For the chat and the code prompt
+sets (examples/smollm2/{chat,code}.jsonl, each prompt a user message rendered with the chat template, greedy,
+up to --new tokens or the chat's EOS) it runs, prompt by prompt:
+
+  transformers plain    LlamaForCausalLM.generate(do_sample=False) on the same checkpoint (fp32, KV cache)
+  trtspec plain         the torch runtime in-process, num_draft_tokens = 0
+  trtspec lookahead     the same engine with its n-gram drafter (examples/smollm2/lookahead.toml)
+  served plain / spec   the same deployment through the bundled Triton server, gRPC streaming, chat sent as
+                        the `messages` input (rendered by the server)
+
+and prints tokens/s (generated tokens / wall time) with the ratios to transformers, and the load average
+before and after. A script that prints a table, never a test: timings depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+from trtspec.artifacts.tokenizer import chat_prompt_ids  # noqa: E402
+from trtspec.runtime import SamplingParams, SpecEngine  # noqa: E402
+from trtspec.spec import load_spec  # noqa: E402
+
+MODEL = REPO / "examples" / "models" / "smollm2-135m-instruct"
+SPEC = REPO / "examples" / "smollm2" / "lookahead.toml"
+SETS = {"chat": REPO / "examples" / "smollm2" / "chat.jsonl", "code": REPO / "examples" / "smollm2" / "code.jsonl"}
+
+
+def prompts(path: Path, n: int) -> list[str]:
+    return [json.loads(line)["prompt"] for line in path.read_text().splitlines() if line.strip()][:n]
+
+
+class Meter:
+    def __init__(self) -> None:
+        self.tokens, self.seconds, self.outputs = 0, 0.0, []
+
+    def add(self, tokens: list[int], seconds: float) -> None:
+        self.tokens += len(tokens)
+        self.seconds += seconds
+        self.outputs.append(list(tokens))
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def run_transformers(model, ids: list[int], new: int, eos: list[int]) -> tuple[list[int], float]:
+    x = torch.tensor([ids])
+    t = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=new, do_sample=False,
+                             eos_token_id=eos, pad_token_id=eos[0])[0, len(ids):].tolist()
+    seconds = time.perf_counter() - t
+    cut = next((i + 1 for i, tok in enumerate(out) if tok in eos), len(out))
+    return out[:cut], seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", type=int, default=4, help="prompts per set")
+    ap.add_argument("--new", type=int, default=128, help="most new tokens per request")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-served", action="store_true", help="skip the Triton server runs")
+    args = ap.parse_args()
+    if not (MODEL / "trtspec.import.json").is_file():
+        sys.exit("error: SmolLM2 is not imported\nhint: run `make smollm2`")
+    torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()
+
+    from transformers import AutoModelForCausalLM
+
+    spec = load_spec(SPEC)
+    engine = SpecEngine.from_spec(spec)
+    eos = sorted(engine.eos_ids)
+    hf = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32).eval()
+    sets = {name: [chat_prompt_ids(engine.tokenizer, p) for p in prompts(path, args.prompts)]
+            for name, path in SETS.items()}
+    rows: dict[str, dict[str, Meter]] = {name: {} for name in sets}
+    warm = sets["chat"][0]
+    engine.generate(warm, SamplingParams(max_new_tokens=8, num_draft_tokens=0))
+    engine.generate(warm, SamplingParams(max_new_tokens=8))
+    run_transformers(hf, warm, 8, eos)
+    for name, id_lists in sets.items():
+        m = rows[name]
+        for key in ("transformers plain", "trtspec plain", "trtspec lookahead"):
+            m[key] = Meter()
+        for ids in id_lists:
+            m["transformers plain"].add(*run_transformers(hf, ids, args.new, eos))
+            for key, k in (("trtspec plain", 0), ("trtspec lookahead", None)):
+                r = engine.generate(ids, SamplingParams(max_new_tokens=args.new, num_draft_tokens=k))
+                m[key].add(r.tokens, r.seconds)
+    engine.close()
+    del hf
+    if not args.no_served:
+        served(rows, args, spec)
+    show(rows, args, load_before, os.getloadavg())
+
+
+def served(rows, args, spec) -> None:
+    from trtspec.backends import build
+    from trtspec.builders import BuildOptions
+    from trtspec.client import generate_remote
+    from trtspec.serve import TritonServer
+
+    with tempfile.TemporaryDirectory(prefix="bench-smollm2-") as tmp:
+        result = build(spec, BuildOptions(out_engines=Path(tmp) / "engines", out_repo=Path(tmp) / "repo",
+                                          progress=False))
+        server = TritonServer(Path(result.repository), ready_timeout=300)
+        server.start()
+        try:
+            for name, path in SETS.items():
+                chats = [[{"role": "user", "content": p}] for p in prompts(path, args.prompts)]
+                generate_remote(server.grpc_url, "", messages=chats[0], max_tokens=8, timeout=120)  # warm-up
+                for key, k in (("served plain", 0), ("served lookahead", None)):
+                    m = rows[name][key] = Meter()
+                    for chat in chats:
+                        r = generate_remote(server.grpc_url, "", messages=chat, max_tokens=args.new,
+                                            num_draft_tokens=k, timeout=300)
+                        m.tokens += r.new_tokens
+                        m.seconds += r.seconds
+        finally:
+            server.stop()
+
+
+def show(rows, args, before, after) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"SmolLM2-135M-Instruct, batch 1, greedy, <= {args.new} new tokens, {args.threads} threads, "
+                        f"{args.prompts} prompts per set")
+    for col in ("prompts", "run", "tokens", "tok/s", "x transformers", "x trtspec plain", "same as trtspec plain"):
+        table.add_column(col, justify="right" if col not in ("prompts", "run") else "left")
+    for name, m in rows.items():
+        hf, plain = m["transformers plain"].rate, m["trtspec plain"].rate
+        for key, meter in m.items():
+            same = "-"
+            if meter.outputs and key != "trtspec plain":
+                same = f"{sum(a == b for a, b in zip(meter.outputs, m['trtspec plain'].outputs))}/{len(meter.outputs)}"
+            table.add_row(name, key, str(meter.tokens), f"{meter.rate:.1f}", f"{meter.rate / hf:.2f}x",
+                          f"{meter.rate / plain:.2f}x", same)
+    console = Console(width=140)
+    console.print(table)
+    console.print(f"load average before {before[0]:.2f} {before[1]:.2f} {before[2]:.2f}, "
+                  f"after {after[0]:.2f} {after[1]:.2f} {after[2]:.2f} ({os.cpu_count()} cores)")
+
+
+if __name__ == "__main__":
+    main()

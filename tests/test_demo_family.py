@@ -184,3 +184,15 @@ def test_heldout_prompts_without_a_family_is_a_model_error(tmp_path):
 
     with pytest.raises(ModelError):
         heldout_prompts(2, models_dir=tmp_path)
+
+
+def test_family_table_leaves_out_an_artifact_with_its_own_manifest(tmp_path):
+    """`make smollm2` imports beside the family (examples/models/smollm2-*/trtspec.import.json): not a member."""
+    from trtspec.train.demo import file_table
+
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text("{}")
+    (tmp_path / "imported").mkdir()
+    (tmp_path / "imported" / "config.json").write_text("{}")
+    (tmp_path / "imported" / "trtspec.import.json").write_text("{}")
+    assert sorted(file_table(tmp_path)) == ["target/config.json"]

@@ -58,8 +58,11 @@ def _silent(phase: str, step: int, total: int, loss: float | None) -> None:
 
 
 def file_table(root: Path) -> dict[str, dict]:
-    """The outputs a family's MANIFEST records (every file but the manifest)."""
-    return manifest.file_table(root)
+    """The outputs a family's MANIFEST records: every file but the manifest, less any sub-directory that is an
+    artifact of its own (carries its own manifest, as `make smollm2`'s import beside the family does)."""
+    own = {d.name for d in Path(root).iterdir() if d.is_dir()
+           and any((d / name).is_file() for name in manifest.FILE_NAMES.values())}
+    return {rel: entry for rel, entry in manifest.file_table(root).items() if rel.split("/", 1)[0] not in own}
 
 
 # --------------------------------------------------------------------------------------------

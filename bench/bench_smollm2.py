@@ -114,8 +114,7 @@ def main() -> None:
 
 
 def served(rows, args, spec) -> None:
-    from trtspec.backends import build
-    from trtspec.builders import BuildOptions
+    from trtspec.builders import BuildOptions, build
     from trtspec.client import generate_remote
     from trtspec.serve import TritonServer
 

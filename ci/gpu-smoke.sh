@@ -95,13 +95,14 @@ PY
 
   if [ "${SMOKE_TRITON:-0}" = "1" ]; then
     "$TRTSPEC" --version >/dev/null
-    python3 -m trtspec.repository.trtllm.upstream "$OUT/repo/$name"
+    "$TRTSPEC" repo install-upstream "$OUT/repo/$name"
     # the key stays in the environment: the command line below only references it
     export TRTSPEC_ADMIN_KEY="${TRTSPEC_ADMIN_KEY:-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
     launch=$(SPEC="$spec" REPO="$OUT/repo/$name" python3 - <<'PY'
 import os
 from trtspec.spec import load_spec, spec_from_dict
-from trtspec.repository.trtllm.launch import launch_command, launch_shell
+from trtspec.backends import launch_command
+from trtspec.repository.trtllm.launch import launch_shell
 d = load_spec(os.environ["SPEC"]).to_dict()
 d["runtime"].update(kind="trtllm-engine", device="cuda"); d["gpu"]["type"] = "h100"
 print(launch_shell(launch_command(spec_from_dict(d), os.environ["REPO"], host="127.0.0.1")))

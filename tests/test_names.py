@@ -157,7 +157,7 @@ def test_repository_files_and_manifests_cannot_point_outside(tmp_path):
 
 
 def test_bundle_never_replaces_a_directory_that_is_not_a_bundle(tmp_path):
-    from trtspec.repository.trtllm.bundle import bundle
+    from trtspec.backends.bundle import bundle
 
     spec = spec_from_dict({"schema": 1, "model": {"name": "b", "target": str(tmp_path / "t")},
                            "speculative": {"method": "none"}})

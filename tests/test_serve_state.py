@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from tests.support import DEMO
 from trtspec.cli import main
 from trtspec.serve.server import is_our_server, proc_cmdline, proc_start_time
-from trtspec.serve.state import read_state, state_path, write_state
+from trtspec.state import read_state, state_path, write_state
 
 SPEC = DEMO / "lookahead.toml"
 NAME = "demo-lookahead"
@@ -128,8 +128,16 @@ def test_foreground_serve_beside_a_running_background_server_is_a_serve_error(tm
     spec = tmp_path / "s.toml"
     (tmp_path / "t").mkdir()
     spec.write_text('schema = 1\n[model]\nname = "m"\ntarget = "t"\n[speculative]\nmethod = "none"\n')
-    monkeypatch.setattr("trtspec.serve.running_state", lambda name: {"pid": 1, "grpc_url": "x"})
+    monkeypatch.setattr("trtspec.serve.bundled.running_state", lambda name: {"pid": 1, "grpc_url": "x"})
     result = CliRunner().invoke(main, ["serve", "-c", str(spec), "--foreground"])
     assert result.exit_code == 5, result.output
     assert "error: a background server for 'm' is running" in result.output
     assert "hint:" in result.output
+
+
+@pytest.mark.parametrize("bind, want", [("0.0.0.0", "127.0.0.1"), ("", "127.0.0.1"), ("::", "::1"),
+                                        ("127.0.0.1", "127.0.0.1"), ("10.1.2.3", "10.1.2.3"), ("node-7", "node-7")])
+def test_a_client_reaches_a_wildcard_bind_on_loopback(bind, want):
+    from trtspec.serve.server import connect_host
+
+    assert connect_host(bind) == want

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from trtspec.cli import main
 from trtspec.errors import SpecError
-from trtspec.spec import load_spec, lookahead_max_draft_len, spec_from_dict
+from trtspec.spec import load_spec, spec_from_dict
 
 from tests.support import DEMO, ROOT, needs_demo_models
 
@@ -85,11 +85,6 @@ def test_relative_paths_resolve_against_the_spec_folder(tmp_path):
     spec_file.write_text('schema = 1\n[model]\ntarget = "../models/t"\n[speculative]\nmethod = "none"\n')
     spec = load_spec(spec_file)
     assert spec.model.target == (tmp_path / "models" / "t").resolve()
-
-
-def test_lookahead_draft_len_matches_trtllm_formula():
-    assert lookahead_max_draft_len(7, 7, 7) == 83
-    assert lookahead_max_draft_len(4, 1, 0) == 0 + 3 * 0
 
 
 def test_init_writes_a_valid_spec(tmp_path):

@@ -1,4 +1,5 @@
-"""`trtspec check`: the spec, the paths, the model pair and (GPU runtimes) the memory plan."""
+"""`trtspec check`: the spec, the paths, the model pair, then what the spec's runtime adds (its backend's
+`check`: the GPU memory plan, built engines against the serving container's TensorRT-LLM version)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from trtspec.errors import BuildError, ModelError, PairError, SpecError, TrtspecError
+from trtspec import backends
+from trtspec.errors import ModelError, PairError, SpecError, TrtspecError
 from trtspec.spec import Spec, check_paths
 
 
@@ -40,7 +42,8 @@ class CheckReport:
 
     def lines(self) -> list[str]:
         s = self.spec
-        out = [f"spec {s.source}: model {s.name}, method {s.method}, runtime {s.runtime.kind} on {s.runtime.device}"]
+        out = [f"spec {s.source}: model {s.name}, method {s.method}, runtime {backends.for_spec(s).name} on "
+               f"{s.runtime.device}"]
         if self.pair:
             out.append(f"target: {self.pair['target']}")
             if self.pair.get("drafter"):
@@ -76,26 +79,5 @@ def run_check(spec: Spec, models: bool = True, engines: Path | None = Path("engi
             return report
         report.pair = pair.to_dict()
         report.add(PairError, [str(p) for p in pair.problems])
-    if spec.runtime.kind != "torch":
-        _gpu_checks(spec, report, models, engines, server_version)
+    backends.for_spec(spec).check(spec, report, models=models, engines=engines, server_version=server_version)
     return report
-
-
-def _gpu_checks(spec: Spec, report: CheckReport, models: bool, engines: Path | None,
-                server_version: str | None) -> None:
-    """Memory plan, and engine/server TensorRT-LLM version compatibility (trtllm-engine)."""
-    if models and report.pair is not None:
-        from trtspec.builders.trtllm.memory import memory_plan
-
-        plan = memory_plan(spec)
-        if plan.ok:
-            report.memory_plan = "\n".join(plan.lines())
-        report.add(PairError, [f"memory plan: {p}" for p in plan.problems])
-    if spec.runtime.kind == "trtllm-engine" and engines is not None:
-        engine_dir = Path(engines) / spec.name
-        if engine_dir.is_dir():
-            from trtspec.builders.trtllm.cache import check_engine_compat
-
-            version = server_version or spec.runtime.trtllm.version
-            report.notes.append(f"engines {engine_dir} checked against TensorRT-LLM {version} on the server")
-            report.add(BuildError, [f"engines: {p}" for p in check_engine_compat(engine_dir, version)])

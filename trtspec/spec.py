@@ -2,7 +2,8 @@
 
 Loading is two passes:
 1. structure: pydantic models with `extra="forbid"` (unknown keys, wrong types, out-of-range values);
-2. meaning: cross-field rules (`draft-model` needs `draft`, tree depth vs. heads, runtime vs. method ...).
+2. meaning: cross-field rules (runtime vs. GPU, ports ...); each method's own rules (its weights, its tree,
+   what the TensorRT-LLM runtimes take of it) come from its module in trtspec/methods/.
 Every problem names its key (dotted path), the value seen and the fix. All problems are collected
 and raised together as one SpecError whose `problems` list `trtspec check` prints.
 
@@ -25,7 +26,6 @@ from trtspec.names import NAME_RULE, RESERVED_MODEL_NAMES, PathName
 SCHEMA_VERSION = 1
 DEFAULT_SPEC = "trtspec.toml"
 
-Method = Literal["draft-model", "medusa", "eagle", "lookahead", "none"]
 RuntimeKind = Literal["torch", "trtllm-engine", "trtllm-llmapi"]
 DType = Literal["float32", "float16", "bfloat16"]
 GpuType = Literal["cpu", "h100", "h200"]
@@ -65,6 +65,23 @@ def _checkpoint_path(value: Any, info: ValidationInfo) -> Any:
 
 # A checkpoint dir given as a string (lax: TOML has no path type).
 CheckpointPath = Annotated[Path, Strict(False), BeforeValidator(_checkpoint_path)]
+
+
+def _method_name(value: Any) -> Any:
+    """A registered method's name (trtspec.methods: the built-in ones, then plug-ins); anything else is refused
+    as a Literal field refuses it, listing the names."""
+    from trtspec import methods
+
+    known = methods.names()
+    if isinstance(value, str) and value in known:
+        return value
+    shown = [repr(n) for n in known]
+    raise PydanticCustomError("literal_error", "Input should be {expected}",
+                              {"expected": f"{', '.join(shown[:-1])} or {shown[-1]}" if len(shown) > 1 else shown[0]})
+
+
+# speculative.method: one of trtspec.methods.names()
+Method = Annotated[str, BeforeValidator(_method_name)]
 
 
 class ModelSection(_Strict):
@@ -232,39 +249,15 @@ def _structure_problems(exc: ValidationError) -> list[Problem]:
 
 
 def _meaning_problems(spec: Spec) -> list[Problem]:
+    from trtspec import backends, methods  # (the registries' own rules: the one call up the layers)
+
     p: list[Problem] = []
     s = spec.speculative
     if spec.schema_ != SCHEMA_VERSION:
         p.append(Problem("schema", spec.schema_, f"unsupported schema version", f"set schema = {SCHEMA_VERSION}"))
-    if s.method == "draft-model" and s.draft is None:
-        p.append(Problem("speculative.draft", _MISSING, "method 'draft-model' needs a draft checkpoint",
-                         "set speculative.draft = \"path/to/draft\" or choose another method"))
-    if s.method in ("medusa", "eagle") and s.heads is None:
-        p.append(Problem("speculative.heads", _MISSING, f"method '{s.method}' needs its heads dir",
-                         f"set speculative.heads = \"path/to/{s.method}\""))
-    if s.method not in ("draft-model",) and s.draft is not None:
-        p.append(Problem("speculative.draft", str(s.draft), f"only used by method 'draft-model' (method is '{s.method}')",
-                         "remove speculative.draft or set method = \"draft-model\""))
-    if s.choices is not None:
-        if s.method not in ("medusa", "eagle"):
-            p.append(Problem("speculative.choices", s.choices, "a tree only applies to medusa and eagle",
-                             "remove speculative.choices"))
-        else:
-            p.extend(_choice_problems(s.choices))
-            if len(s.choices) > s.num_draft_tokens:
-                p.append(Problem("speculative.num_draft_tokens", s.num_draft_tokens,
-                                 f"the tree in speculative.choices has {len(s.choices)} nodes; every node is a draft "
-                                 "token (TensorRT-LLM's max_draft_len)",
-                                 f"set num_draft_tokens >= {len(s.choices)} or prune the tree"))
+    method = methods.get(s.method)
+    p.extend(method.problems(spec))  # the method's own rules (trtspec/methods/<name>.py)
     lim = spec.limits
-    if spec.runtime.kind == "trtllm-engine" and s.method == "lookahead":
-        need = lookahead_max_draft_len(s.lookahead.window, s.lookahead.ngram, s.lookahead.verification_set)
-        if need > 256:
-            p.append(Problem("speculative.lookahead", s.lookahead.model_dump(), f"needs max_draft_len {need} > 256",
-                             "use a smaller window, ngram or verification_set"))
-    if s.method == "lookahead" and s.lookahead.ngram < 2:
-        p.append(Problem("speculative.lookahead.ngram", s.lookahead.ngram, "lookahead needs n-grams of length >= 2",
-                         "set ngram >= 2"))
     if s.adaptive.min_draft_tokens > s.num_draft_tokens:
         p.append(Problem("speculative.adaptive.min_draft_tokens", s.adaptive.min_draft_tokens,
                          f"exceeds speculative.num_draft_tokens ({s.num_draft_tokens})",
@@ -272,27 +265,14 @@ def _meaning_problems(spec: Spec) -> list[Problem]:
     if lim.max_seq_len + s.num_draft_tokens > 1 << 20:
         p.append(Problem("limits.max_input_len", lim.max_input_len, "input + output length is too large",
                          "keep max_input_len + max_output_len under 1M tokens"))
-    rt, gpu = spec.runtime, spec.gpu
-    if rt.kind != "torch" and gpu.type == "cpu":
-        p.append(Problem("gpu.type", gpu.type, f"runtime '{rt.kind}' needs a GPU",
-                         "set gpu.type = \"h100\" or \"h200\", or runtime.kind = \"torch\""))
-    if rt.kind != "torch" and rt.device != "cuda":
-        p.append(Problem("runtime.device", rt.device, f"runtime '{rt.kind}' runs on CUDA only",
-                         "set runtime.device = \"cuda\""))
-    if rt.kind == "torch" and spec.world_size > 1:
-        p.append(Problem("gpu.tensor_parallel", gpu.tensor_parallel, "the torch runtime runs on one device",
-                         "set tensor_parallel = pipeline_parallel = 1, or use a trtllm runtime"))
+    gpu = spec.gpu
+    backend = backends.for_spec(spec)
+    p.extend(backend.problems(spec))  # what the runtime cannot run: its devices, GPU, parallelism (trtspec/backends/)
     if spec.world_size > gpu.count:
         p.append(Problem("gpu.count", gpu.count,
                          f"tensor_parallel x pipeline_parallel = {spec.world_size} GPUs are needed",
                          f"set gpu.count >= {spec.world_size}"))
-    if rt.kind == "trtllm-llmapi" and s.method == "medusa":
-        p.append(Problem("speculative.method", s.method, "the TensorRT-LLM LLM API (PyTorch backend) does not support it",
-                         "use runtime.kind = \"trtllm-engine\", or method draft-model, eagle or lookahead "
-                         "(served as the LLM API's NGram drafter)"))
-    if s.method == "eagle" and gpu.pipeline_parallel > 1 and rt.kind == "trtllm-engine":
-        p.append(Problem("gpu.pipeline_parallel", gpu.pipeline_parallel, "EAGLE does not support pipeline parallelism",
-                         "set pipeline_parallel = 1"))
+    p.extend(backend.method_problems(spec))  # what the runtime takes of the method (the TensorRT-LLM ones ask it)
     if spec.runtime.device == "cuda" and gpu.type == "cpu":
         p.append(Problem("gpu.type", gpu.type, "runtime.device is 'cuda' but gpu.type is 'cpu'",
                          "set gpu.type = \"h100\" or \"h200\""))
@@ -306,47 +286,6 @@ def _meaning_problems(spec: Spec) -> list[Problem]:
         p.append(Problem("serving.grpc_port", ports, "http, grpc and metrics ports must differ",
                          "give each a different port (0 picks a free one)"))
     return p
-
-
-def lookahead_max_draft_len(window: int, ngram: int, verification_set: int) -> int:
-    """TensorRT-LLM's engine `max_draft_len` for lookahead (W, N, G) (examples/lookahead/README.md)."""
-    return (0 if ngram == 1 else ngram - 2) + (window - 1 + verification_set) * (ngram - 1)
-
-
-def _choice_problems(choices: list[list[int]]) -> list[Problem]:
-    p = []
-    seen = set()
-    for i, path in enumerate(choices):
-        key = f"speculative.choices[{i}]"
-        if not path:
-            p.append(Problem(key, path, "empty path", "remove it: the root is implicit"))
-            continue
-        if any(c < 0 for c in path):
-            p.append(Problem(key, path, "top-i indices must be >= 0", "use non-negative indices"))
-        if tuple(path[:-1]) not in seen and len(path) > 1:
-            p.append(Problem(key, path, f"parent path {path[:-1]} is not listed before it",
-                             "list every prefix of a path before the path"))
-        if tuple(path) in seen:
-            p.append(Problem(key, path, "duplicate path", "remove the duplicate"))
-        seen.add(tuple(path))
-    if len(choices) > MAX_DRAFT_TOKENS * 4:
-        p.append(Problem("speculative.choices", f"{len(choices)} paths", "tree too large", "use at most 256 paths"))
-    return p
-
-
-def check_heads_depth(spec: Spec, num_heads: int) -> list[Problem]:
-    """Problems with a medusa tree that is deeper than the number of heads (needs the heads' config)."""
-    choices = spec.speculative.choices or []
-    deepest = max((len(c) for c in choices), default=0)
-    if spec.method == "medusa" and deepest > num_heads:
-        return [Problem("speculative.choices", f"depth {deepest}",
-                        f"deeper than the number of Medusa heads ({num_heads})",
-                        f"keep every path at most {num_heads} long")]
-    if spec.method == "medusa" and spec.speculative.num_draft_tokens > num_heads and not choices:
-        return [Problem("speculative.num_draft_tokens", spec.speculative.num_draft_tokens,
-                        f"a Medusa chain cannot be longer than the number of heads ({num_heads})",
-                        f"set num_draft_tokens <= {num_heads} or give a tree in speculative.choices")]
-    return []
 
 
 def spec_from_dict(data: dict[str, Any], base: Path | None = None, source: Path | None = None) -> Spec:

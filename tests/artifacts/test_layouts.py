@@ -80,7 +80,7 @@ def test_medusa_num_heads_has_one_error_behaviour_everywhere(fam, tmp_path, valu
     runtime alike (the memory plan used to assume one head, the converter 0 heads, the runtime int("4"))."""
     from trtspec.artifacts.pair import check_pair
     from trtspec.builders.trtllm.memory import memory_plan
-    from trtspec.convert import medusa_num_heads
+    from trtspec.methods.medusa import num_heads as medusa_num_heads
     from trtspec.runtime import SpecEngine
 
     root = _copy(fam, tmp_path)
@@ -155,7 +155,7 @@ def test_the_converter_reads_model_prefixed_eagle_weights_like_the_runtime(tmp_p
 
 def test_eagle_version_of_a_damaged_head_is_a_repository_error(fam, tmp_path):
     """The llmapi renderer's EAGLE-3 probe used to crash (struct.error) on a truncated safetensors file."""
-    from trtspec.repository.trtllm.llmapi import eagle_version
+    from trtspec.methods.eagle import eagle_version
 
     root = _copy(fam, tmp_path)
     assert eagle_version(root / "eagle") == 1

@@ -24,7 +24,7 @@ from tests.support import MODELS, demo_ready
 from trtspec.client import generate_remote
 from trtspec.errors import DeployError
 from trtspec.serve import TritonServer
-from trtspec.serve.server import _http_status
+from trtspec.serve.control import ModelControl
 from trtspec.serve.deploy import BACKUP_PREFIX, CANDIDATE_SUFFIX, REVISION_PARAM, STAGE_PREFIX, deploy_spec
 
 pytestmark = pytest.mark.e2e
@@ -232,7 +232,8 @@ def _assert_untouched(live: Live, build: Build, step: str, cause: str, undone: s
     # the serving version is as it was: same revision, files and backups; no candidate is left, and no
     # failed one keeps the server from reporting ready (to a load balancer's health check)
     assert live.revisions() == before_rev and live.served() == before_text
-    assert _http_status(f"http://{live.server.http_url}/v2/health/ready") == 200
+    with ModelControl(live.server.http_url) as health:
+        assert health.server_ready()
     assert (live.repo / "tensorrt_llm" / "1" / "model.py").read_bytes() == good_source
     assert sorted(live.repo.glob(f"{BACKUP_PREFIX}*")) == backups
     assert not live.leftovers()

@@ -102,6 +102,13 @@ def test_a_streamed_chat_served_by_triton_equals_inprocess_plain_decoding(tmp_pa
         finally:
             client.close()
         assert texts == [plain.text]
+        # and over HTTP, the chat as one string holding JSON (the README's curl)
+        import urllib.request
+
+        body = json.dumps({"messages": json.dumps(CHAT), "max_tokens": MAX_TOKENS, "num_draft_tokens": 0}).encode()
+        reply = urllib.request.urlopen(urllib.request.Request(
+            f"http://{server.http_url}/v2/models/ensemble/generate", data=body), timeout=120)
+        assert json.loads(reply.read())["text_output"] == plain.text
     finally:
         code = server.stop()
     assert code == 0, server.failure_report()

@@ -14,8 +14,11 @@ from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
 from tests.runtime.family import VOCAB, engine
-from trtspec.runtime import (AdaptiveConfig, DraftModelProposer, EagleProposer, Llama, MedusaProposer,
-                             NgramProposer, Proposer, SamplingParams, SpecEngine)
+from trtspec.methods.draft_model import DraftModelProposer
+from trtspec.methods.eagle import EagleProposer
+from trtspec.methods.lookahead import NgramProposer
+from trtspec.methods.medusa import MedusaProposer
+from trtspec.runtime import AdaptiveConfig, Llama, Proposer, SamplingParams, SpecEngine
 
 
 def test_draft_model_row_moved_during_a_step_without_drafts(fam):

@@ -189,7 +189,7 @@ def _first_tokens_exact(target: Llama, prompt: list[int], sp: SamplingParams) ->
 
 
 def _sampled_counts(root, n: int, sp: SamplingParams, prompt: list[int], proposer=None):
-    from trtspec.runtime.proposers import DraftModelProposer
+    from trtspec.methods.draft_model import DraftModelProposer
 
     proposer = proposer or DraftModelProposer(root / "draft")
     eng = SpecEngine(Llama.from_dir(root / "target"), proposer, num_draft_tokens=proposer_k(proposer),
@@ -232,7 +232,7 @@ def test_sampled_end_to_end_check_catches_a_broken_residual(tiny_vocab, monkeypa
 def test_sampled_medusa_tree_is_lossless_end_to_end(tiny_vocab):
     """Tree of deterministic candidates (point masses, siblings tested against the running residual)."""
     from test_rejection import chi2_z
-    from trtspec.runtime.proposers import MedusaProposer
+    from trtspec.methods.medusa import MedusaProposer
 
     family.save_medusa(tiny_vocab / "medusa", heads=2, hidden=16, vocab=8, seed=5, scale=1.0)
     tree = [[0], [1], [2], [0, 0], [0, 1], [1, 0]]

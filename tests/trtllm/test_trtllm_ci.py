@@ -11,10 +11,10 @@ import yaml
 
 from tests.support import ROOT
 from trtspec.builders import build
-from trtspec.builders.trtllm.cache import main as key_main
+from trtspec.backends.bundle import bundle
 from trtspec.builders.trtllm.cache import spec_engine_keys
+from trtspec.cli import main
 from trtspec.repository import pbtxt
-from trtspec.repository.trtllm.bundle import bundle
 
 CI = ROOT / "ci"
 
@@ -49,14 +49,18 @@ def test_dockerfile_and_smoke_script():
     assert "generate -c \"$spec\" --local --no-spec --json" in smoke and "ModelRunnerCpp" in smoke
 
 
-def test_engine_key_matches_the_lock(make_spec, build_opts, workdir, record, capsys):
+def test_engine_key_matches_the_lock(make_spec, build_opts, workdir, record):
+    from click.testing import CliRunner
+
     spec = make_spec("draft-model")
     res = build(spec, build_opts())
     lock = json.loads((workdir / "engines" / "draft-model" / "trtspec.lock.json").read_text())
     keys = spec_engine_keys(spec, workdir / "engines")
     assert keys == {role: e["key"] for role, e in lock["engines"].items()}
-    assert key_main(["-c", str(workdir / "draft-model.toml"), "--out-engines", str(workdir / "engines")]) == 0
-    out = capsys.readouterr().out.splitlines()
+    result = CliRunner().invoke(main, ["cache", "key", "-c", str(workdir / "draft-model.toml"),
+                                       "--out-engines", str(workdir / "engines")])
+    assert result.exit_code == 0, result.output
+    out = result.output.splitlines()
     assert out[0] == "name=draft-model" and out[1].startswith("engine_key=") and len(out[1]) == 11 + 64
     assert res.rebuilt
 

@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from trtspec.backends import launch_command, launch_script_command
 from trtspec.builders import build
 from trtspec.builders.trtllm.memory import memory_plan
 from trtspec.convert import params
 from trtspec.errors import RepositoryError
 from trtspec.repository import pbtxt
-from trtspec.repository.trtllm import (OMITTED_PARAMETERS, install_upstream_files, launch_command,
-                                       launch_script_command, missing_files, relocate_repository,
+from trtspec.repository.trtllm import (OMITTED_PARAMETERS, install_upstream_files, missing_files, relocate_repository,
                                        render_engine_repository, render_llmapi_repository)
-from trtspec.repository.trtllm.llmapi import ngram_config, speculative_config
+from trtspec.methods.lookahead import ngram_config
+from trtspec.repository.trtllm.llmapi import speculative_config
 
 # Every ${...} key of the upstream tensorrt_llm/config.pbtxt template (reference §3.3), with the
 # parameter key it fills (some template variables fill differently named keys).

@@ -1,24 +1,20 @@
-"""`trtspec build`: per-runtime builders behind one interface.
+"""`trtspec build`: one builder module per runtime, behind one interface.
 
-A builder is a function `build(spec, options) -> BuildResult` living in the module named in
-BUILDERS; it writes `engines/<name>/` (with `trtspec.lock.json`) and `model_repository/<name>/`
-atomically (see trtspec.builders.lock.atomic_dir): a failed build leaves previous outputs untouched.
+`build(spec, options)` asks the spec's backend (the trtspec.backends registry), which runs its builder: a
+function `build(spec, options, runtime=<its name>) -> BuildResult` (torch_build, trtllm_build,
+llmapi_build). A builder writes `engines/<name>/` (with `trtspec.lock.json`, naming the runtime) and
+`model_repository/<name>/` atomically (see trtspec.builders.lock.atomic_dir): a failed build leaves
+previous outputs untouched.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
-from trtspec.spec import Spec
-
-BUILDERS = {
-    "torch": "trtspec.builders.torch_build",
-    "trtllm-engine": "trtspec.builders.trtllm_build",
-    "trtllm-llmapi": "trtspec.builders.llmapi_build",
-}
+if TYPE_CHECKING:
+    from trtspec.spec import Spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,11 +44,8 @@ class BuildResult:
         return dataclasses.asdict(self)
 
 
-def builder_for(kind: str) -> Callable[[Spec, BuildOptions], BuildResult]:
-    module = importlib.import_module(BUILDERS[kind])
-    return module.build
-
-
 def build(spec: Spec, options: BuildOptions) -> BuildResult:
-    """Validate the spec's models and build what its runtime needs."""
-    return builder_for(spec.runtime.kind)(spec, options)
+    """Validate the spec's models and build what its runtime needs (its backend's builder)."""
+    from trtspec import backends
+
+    return backends.for_spec(spec).build(spec, options)

@@ -16,31 +16,31 @@ from trtspec.builders.lock import LOCK_NAME, digest, new_lock, read_lock, write_
 from trtspec.builders.trtllm_build import check_weights, emit_repository, repository_changes
 from trtspec.errors import BuildError
 from trtspec.names import child
-from trtspec.repository.trtllm.llmapi import FLAVOUR, MODEL, render_llmapi_repository
+from trtspec.repository.trtllm.llmapi import MODEL, render_llmapi_repository
 from trtspec.spec import Spec
 
 
 def _sources(spec: Spec) -> list[Path]:
-    dirs = [Path(spec.model.target)]
-    if spec.method == "draft-model" and spec.speculative.draft:
-        dirs.append(Path(spec.speculative.draft))
-    if spec.method == "eagle" and spec.speculative.heads:
-        dirs.append(Path(spec.speculative.heads))
+    """The files of the checkpoints the LLM API loads: the target and its method's own."""
+    from trtspec import methods
+
+    dirs = [Path(spec.model.target), *methods.get(spec.method).checkpoints(spec).values()]
     return [f for d in dirs if d.is_dir() for f in list_files(d, hidden=False)]
 
 
-def build(spec: Spec, options: BuildOptions) -> BuildResult:
+def build(spec: Spec, options: BuildOptions, *, runtime: str) -> BuildResult:
+    """Render, write the repository if it changed, record the checkpoints (`runtime`: the backend's name)."""
     t0 = time.perf_counter()
     files = render_llmapi_repository(spec)
     repo_dir = child(Path(options.out_repo), spec.name, "model.name", BuildError)
     yaml_text = files[f"{MODEL}/1/model.yaml"]
     step = {"role": "model.yaml", "argv": [], "shell": yaml_text.rstrip("\n")}
     if options.dry_run:
-        return BuildResult(FLAVOUR, {}, str(repo_dir), None, [], [], [step], time.perf_counter() - t0, True)
+        return BuildResult(runtime, {}, str(repo_dir), None, [], [], [step], time.perf_counter() - t0, True)
     root = child(Path(options.out_engines), spec.name, "model.name", BuildError)
     check_weights(spec)  # the LLM API loads these checkpoints as they are
     lock = read_lock(root) or {}
-    prev = lock.get("inputs") if lock.get("runtime") == FLAVOUR else None
+    prev = lock.get("inputs") if lock.get("runtime") == runtime else None
     sources = file_digests(_sources(spec), previous=prev, use_cache=not options.force)
     repo_digest = digest(files)
     changes = repository_changes(repo_dir, files, (lock.get("repository") or {}).get("digest"))
@@ -48,9 +48,9 @@ def build(spec: Spec, options: BuildOptions) -> BuildResult:
     if changed:
         emit_repository(spec, files, repo_dir)
     write_json(root / LOCK_NAME, new_lock(
-        inputs=sources, outputs={"repository": str(repo_dir)}, runtime=FLAVOUR, name=spec.name, method=spec.method,
+        inputs=sources, outputs={"repository": str(repo_dir)}, runtime=runtime, name=spec.name, method=spec.method,
         trtllm={"version": spec.runtime.trtllm.version, "image": spec.runtime.trtllm.image},
         repository={"path": str(repo_dir), "digest": repo_digest}, spec=spec.to_dict()))
     reason = "--force" if options.force else (changes[0] if changes and lock else "")
-    return BuildResult(FLAVOUR, {}, str(repo_dir), str(root / LOCK_NAME), ["repository"] if changed else [],
+    return BuildResult(runtime, {}, str(repo_dir), str(root / LOCK_NAME), ["repository"] if changed else [],
                        [] if changed else ["repository"], [step], time.perf_counter() - t0, False, reason)

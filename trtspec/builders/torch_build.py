@@ -38,14 +38,10 @@ COPY_SUFFIXES = (".json", ".txt", ".model", ".jinja", ".py")
 
 
 def roles(spec: Spec) -> dict[str, Path]:
-    """role -> input checkpoint dir of everything the deployment serves."""
-    out = {"target": Path(spec.model.target)}
-    s = spec.speculative
-    if s.method == "draft-model" and s.draft is not None:
-        out["draft"] = Path(s.draft)
-    if s.method in ("medusa", "eagle") and s.heads is not None:
-        out["heads"] = Path(s.heads)
-    return out
+    """role -> input checkpoint dir of everything the deployment serves: the target and its method's own."""
+    from trtspec import methods
+
+    return {"target": Path(spec.model.target)} | methods.get(spec.method).checkpoints(spec)
 
 
 def validate(spec: Spec) -> None:
@@ -174,8 +170,9 @@ def rebuild_reason(lock: dict[str, Any] | None, key: str, options: BuildOptions,
     return None
 
 
-def build(spec: Spec, options: BuildOptions) -> BuildResult:
-    """Validate, write engines/<name>/ and model_repository/<name>/ atomically, or skip if unchanged."""
+def build(spec: Spec, options: BuildOptions, *, runtime: str) -> BuildResult:
+    """Validate, write engines/<name>/ and model_repository/<name>/ atomically, or skip if unchanged
+    (`runtime`: the backend's name, recorded in the lock)."""
     start = time.perf_counter()
     validate(spec)
     role_dirs = roles(spec)
@@ -190,7 +187,7 @@ def build(spec: Spec, options: BuildOptions) -> BuildResult:
     lock_path = engine_dir / LOCK_NAME
     reason = rebuild_reason(read_lock(engine_dir), key, options, spec.name, engine_dir, repo_dir)
     if reason is None:
-        return BuildResult(runtime="torch", engines=engines, repository=str(repo_dir), lock=str(lock_path),
+        return BuildResult(runtime=runtime, engines=engines, repository=str(repo_dir), lock=str(lock_path),
                            rebuilt=[], skipped=list(role_dirs), seconds=time.perf_counter() - start)
 
     with atomic_dir(engine_dir) as tmp_engine, atomic_dir(repo_dir) as tmp_repo:
@@ -204,9 +201,9 @@ def build(spec: Spec, options: BuildOptions) -> BuildResult:
             inputs={role: {"path": str(path), "files": inputs[role]} for role, path in role_dirs.items()}
             | {"tokenizer": {"path": str(spec.tokenizer_dir), "files": inputs["tokenizer"]}},
             outputs=hash_tree(tmp_engine),
-            key=key, name=spec.name, runtime="torch", method=spec.method, dtype=spec.model.dtype,
+            key=key, name=spec.name, runtime=runtime, method=spec.method, dtype=spec.model.dtype,
             repository=repo.to_dict() | {"root": str(repo_dir), "files": hash_tree(tmp_repo)},
             spec=spec.to_dict())
         write_json(tmp_engine / LOCK_NAME, lock)
-    return BuildResult(runtime="torch", engines=engines, repository=str(repo_dir), lock=str(lock_path),
+    return BuildResult(runtime=runtime, engines=engines, repository=str(repo_dir), lock=str(lock_path),
                        rebuilt=list(role_dirs), skipped=[], seconds=time.perf_counter() - start, reason=reason)

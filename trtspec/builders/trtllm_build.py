@@ -23,8 +23,7 @@ from typing import Any
 from trtspec.builders import BuildOptions, BuildResult
 from trtspec.builders.lock import (LOCK_NAME, atomic_dir, digest, new_lock, read_lock, remove_stale, swap_in,
                                    temp_dir, write_json)
-from trtspec.builders.trtllm.cache import (RUNTIME, checkpoint_digests, engine_digests, engine_intact, engine_key,
-                                           now)
+from trtspec.builders.trtllm.cache import checkpoint_digests, engine_digests, engine_intact, engine_key, now
 from trtspec.builders.trtllm.memory import memory_plan
 from trtspec.builders.trtllm.plan import BuildPlan, BuildStep, make_plan, tp_pp
 from trtspec.builders.trtllm.runner import run_command
@@ -119,31 +118,34 @@ def emit_repository(spec: Spec, files: dict[str, str], repo_dir: Path) -> None:
             (tmp / rel).write_bytes(data)
 
 
-def _lock_data(spec: Spec, plan: BuildPlan, engines: dict[str, Any], repo: dict[str, Any]) -> dict[str, Any]:
+def _lock_data(spec: Spec, plan: BuildPlan, engines: dict[str, Any], repo: dict[str, Any], runtime: str
+               ) -> dict[str, Any]:
     return new_lock(inputs={role: e.get("checkpoint_dir") for role, e in engines.items()},
                     outputs={role: e.get("dir") for role, e in engines.items()} | {"repository": repo["path"]},
-                    runtime=RUNTIME, name=spec.name, method=spec.method,
+                    runtime=runtime, name=spec.name, method=spec.method,
                     trtllm={"version": plan.trtllm_version, "image": plan.image},
                     gpu={"type": plan.gpu_type, "arch": plan.gpu_arch, "tensor_parallel": spec.gpu.tensor_parallel,
                          "pipeline_parallel": spec.gpu.pipeline_parallel},
                     engines=engines, repository=repo, spec=spec.to_dict())
 
 
-def build(spec: Spec, options: BuildOptions) -> BuildResult:
+def build(spec: Spec, options: BuildOptions, *, runtime: str) -> BuildResult:
+    """Plan, convert, build the changed engines, emit the repository (`runtime`: the backend's name, in the
+    lock: a lock of another runtime's build is not this build's cache)."""
     t0 = time.perf_counter()
     plan = make_plan(spec, engines_root=options.out_engines, trtllm_build=options.trtllm_build)
     root = inside(Path(options.out_engines), Path(plan.engines_dir), BuildError)
     repo_dir = child(Path(options.out_repo), spec.name, "model.name", BuildError)
     steps = [s.to_dict() for s in plan.steps]
     if options.dry_run:
-        return BuildResult(RUNTIME, {s.role: s.output_dir for s in plan.steps}, str(repo_dir), None, [], [],
+        return BuildResult(runtime, {s.role: s.output_dir for s in plan.steps}, str(repo_dir), None, [], [],
                            steps, time.perf_counter() - t0, True)
     check_weights(spec)
     root.mkdir(parents=True, exist_ok=True)
     ensure_checkpoints(spec, root, options)
 
     lock = read_lock(root) or {}
-    previous = lock.get("engines", {}) if lock.get("runtime") == RUNTIME else {}
+    previous = lock.get("engines", {}) if lock.get("runtime") == runtime else {}
     todo: list[tuple[BuildStep, str, dict]] = []
     records: dict[str, Any] = {}
     skipped: list[str] = []
@@ -206,7 +208,7 @@ def build(spec: Spec, options: BuildOptions) -> BuildResult:
         if changes and lock:
             reasons.append(changes[0] + (f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""))
     write_json(root / LOCK_NAME, _lock_data(spec, plan, {s.role: records[s.role] for s in plan.steps},
-                                            {"path": str(repo_dir), "digest": repo_digest}))
+                                            {"path": str(repo_dir), "digest": repo_digest}, runtime))
     rebuilt = [s.role for s, _, _ in todo] + (["repository"] if changes and lock else [])
-    return BuildResult(RUNTIME, {s.role: s.output_dir for s in plan.steps}, str(repo_dir), str(root / LOCK_NAME),
+    return BuildResult(runtime, {s.role: s.output_dir for s in plan.steps}, str(repo_dir), str(root / LOCK_NAME),
                        rebuilt, skipped, steps, time.perf_counter() - t0, False, "; ".join(reasons))

@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "trtspec.cli.bench",
     "trtspec.cli.convert",
     "trtspec.cli.deploy",
+    "trtspec.cli.repo",
 ]
 
 

@@ -57,15 +57,15 @@ def deploy(config, url, server_repo, grpc_url, out_repo, out_engines, smoke_prom
     $TRTSPEC_ADMIN_KEY, by default the key `trtspec serve` recorded for the server on that port.
     The TLS/header options apply to the gRPC smoke test.
     """
+    from trtspec import backends
     from trtspec.serve import admin_key_for
-    from trtspec.serve.deploy import deploy_spec
     from trtspec.spec import load_spec
 
     spec = load_spec(config)
-    result = deploy_spec(spec, url, server_repo, grpc_url=grpc_url, smoke_prompt=smoke_prompt,
-                         smoke_tokens=smoke_tokens, rollback=not no_rollback, candidate=not no_candidate,
-                         out_repo=out_repo, out_engines=out_engines, timeout=timeout,
-                         admin_key=admin_key or admin_key_for(url), grpc_options=grpc_options)
+    result = backends.for_spec(spec).deploy(
+        spec, url, server_repo, grpc_url=grpc_url, smoke_prompt=smoke_prompt, smoke_tokens=smoke_tokens,
+        rollback=not no_rollback, candidate=not no_candidate, out_repo=out_repo, out_engines=out_engines,
+        timeout=timeout, admin_key=admin_key or admin_key_for(url), grpc_options=grpc_options)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
         return

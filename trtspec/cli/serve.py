@@ -1,26 +1,14 @@
-"""`trtspec serve`: run the bundled Triton server on model_repository/<name>/."""
+"""`trtspec serve`: run the deployment's Triton server (its backend's: trtspec.serve.Server) on
+model_repository/<name>/, in the background or in this terminal."""
 
 from __future__ import annotations
 
 import json
-import signal
-import threading
+from pathlib import Path
 
 import click
 
 from trtspec.cli.options import admin_key_option, config_option, json_option, runtime_option, with_runtime
-from trtspec.errors import ServeError
-
-
-def _endpoint_lines(state: dict, where: str = "the key is in the state file") -> list[str]:
-    grpc = ("grpcs://" if state.get("grpc_tls") else "") + state["grpc_url"]
-    control = ("OPEN (--open-model-control)" if state.get("model_control_open")
-               else f"restricted to the admin key (header trtspec-admin-key; {where})")
-    return [f"  gRPC     {grpc}   (trtspec generate --url {grpc})",
-            f"  HTTP     http://{state['http_url']}/v2/models/{state.get('ensemble', 'ensemble')}/generate",
-            f"  metrics  {state['metrics_url']}",
-            f"  models   {state.get('model_control', 'explicit')} control, {control}",
-            f"  log      {state['log']}"]
 
 
 def _warn(message: str) -> None:
@@ -86,7 +74,9 @@ def serve(config, grpc_port, http_port, metrics_port, host, admin_key, open_mode
     container: it installs NVIDIA's Python models into the repository and runs tritonserver under
     mpirun (world size = tensor x pipeline parallel) in the foreground. --print-command shows it.
     """
-    from trtspec.serve import running_state, server_for_spec, start_background, stop_background
+    from trtspec import backends
+    from trtspec.serve import ServeOptions
+    from trtspec.serve.bundled import endpoint_lines, public
     from trtspec.serve.server import GrpcTls, check_admin_key, check_host
     from trtspec.spec import load_spec
 
@@ -97,59 +87,38 @@ def serve(config, grpc_port, http_port, metrics_port, host, admin_key, open_mode
     host = check_host(host or "127.0.0.1")
     if admin_key:
         check_admin_key(admin_key)
-    if spec.runtime.kind != "torch":
-        _serve_trtllm(spec, out_repo, grpc_port, http_port, metrics_port, host, admin_key, open_model_control,
-                      print_command, as_json)
-        return
     if bool(grpc_server_cert) != bool(grpc_server_key):
         raise click.UsageError("--grpc-server-cert and --grpc-server-key go together")
     if grpc_client_ca and not grpc_server_cert:
         raise click.UsageError("--grpc-client-ca needs --grpc-server-cert/--grpc-server-key")
     tls = GrpcTls(grpc_server_cert, grpc_server_key, grpc_client_ca) if grpc_server_cert else None
-    _safety_warnings(host, open_model_control)
-    kwargs = {"grpc_port": grpc_port, "http_port": http_port, "metrics_port": metrics_port, "host": host,
-              "admin_key": admin_key, "open_model_control": open_model_control, "drain_timeout": drain_timeout,
-              "grpc_tls": tls}
-    if not foreground:
-        state = start_background(spec, out_repo=out_repo, ready_timeout=timeout, **kwargs)
-        cleaned = state.pop("cleaned", None)
-        if as_json:
-            click.echo(json.dumps({k: v for k, v in state.items() if k not in ("admin_key", "cmdline")}, indent=2))
-            return
-        if cleaned:
-            click.echo(f"cleaned up after a server that was gone: {len(cleaned['stubs'])} stub process(es), "
-                       f"{len(cleaned['shm'])} shared-memory file(s)", err=True)
-        click.echo(f"serving {spec.name!r} ({spec.method}) in the background, pid {state['pid']}")
-        for line in _endpoint_lines(state):
-            click.echo(line)
-        click.echo(f"stop with: trtspec serve -c {config} --stop")
+    options = ServeOptions(out_repo=Path(out_repo), grpc_port=grpc_port, http_port=http_port,
+                           metrics_port=metrics_port, host=host, admin_key=admin_key,
+                           open_model_control=open_model_control, drain_timeout=drain_timeout, grpc_tls=tls,
+                           ready_timeout=timeout)
+    server = backends.for_spec(spec).server(spec, options)
+    if not server.detaches and (print_command or as_json):  # a server of this terminal only: show its command
+        shown = server.command()
+        click.echo(json.dumps(shown, indent=2) if as_json else shown["shell"])
         return
-    if running_state(spec.name):
-        raise ServeError(f"a background server for {spec.name!r} is running",
-                         hint=f"stop it with `trtspec serve -c {config} --stop` first")
-    server = server_for_spec(spec, out_repo=out_repo, ready_timeout=timeout, **kwargs)
-    stop_event = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
-    try:
-        server.start()
-        state = server.state() | {"name": spec.name, "ensemble": spec.serving.ensemble_name}
-        if as_json:
-            click.echo(json.dumps({k: v for k, v in state.items() if k not in ("admin_key", "cmdline")}, indent=2))
-        else:
-            click.echo(f"serving {spec.name!r} ({spec.method}), pid {server.pid}; Ctrl-C stops it")
-            where = "the --admin-key given" if admin_key else "a random key: pass --admin-key to choose one"
-            for line in _endpoint_lines(state, where):
-                click.echo(line)
-        while not stop_event.wait(0.5):
-            if not server.is_running():
-                raise ServeError(f"tritonserver exited; {server.failure_report()}",
-                                 hint=f"full log: {server.log_path}")
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        click.echo(f"draining (up to {drain_timeout:g}s) and stopping ...", err=True)
-        server.stop()
+    _safety_warnings(host, open_model_control)
+    if foreground or not server.detaches:
+        code = server.run(click.echo, as_json=as_json)
+        if code:
+            raise SystemExit(code)
+        return
+    state = server.start_background()
+    cleaned = state.pop("cleaned", None)
+    if as_json:
+        click.echo(json.dumps(public(state), indent=2))
+        return
+    if cleaned:
+        click.echo(f"cleaned up after a server that was gone: {len(cleaned['stubs'])} stub process(es), "
+                   f"{len(cleaned['shm'])} shared-memory file(s)", err=True)
+    click.echo(f"serving {spec.name!r} ({spec.method}) in the background, pid {state['pid']}")
+    for line in endpoint_lines(state):
+        click.echo(line)
+    click.echo(f"stop with: trtspec serve -c {config} --stop")
 
 
 def _stop(spec, as_json: bool) -> None:
@@ -158,8 +127,10 @@ def _stop(spec, as_json: bool) -> None:
     state = stop_background(spec.name)
     outcome = state.get("outcome") if state else None
     if as_json:
-        public = {k: v for k, v in (state or {}).items() if k not in ("admin_key", "cmdline")}
-        click.echo(json.dumps({"stopped": outcome == "stopped", "outcome": outcome, "state": public or None}, indent=2))
+        from trtspec.serve.bundled import public
+
+        shown = public(state or {})
+        click.echo(json.dumps({"stopped": outcome == "stopped", "outcome": outcome, "state": shown or None}, indent=2))
         return
     if state is None:
         click.echo(f"no background server recorded for {spec.name!r}")
@@ -177,42 +148,6 @@ def _stop(spec, as_json: bool) -> None:
     else:
         click.echo(f"the server recorded for {spec.name!r} (pid {state.get('pid')}) was not running; "
                    f"removed the stale state{left}")
-
-
-def _serve_trtllm(spec, out_repo, grpc_port, http_port, metrics_port, host, admin_key, open_model_control,
-                  print_command, as_json) -> None:
-    """Run the launch command of a TensorRT-LLM repository (inside the Triton TRT-LLM container)."""
-    import shlex
-    import subprocess
-    from pathlib import Path
-
-    from trtspec.repository.trtllm import install_upstream_files, launch_command
-    from trtspec.repository.trtllm.launch import ADMIN_KEY_REF, TRITONSERVER, launch_shell
-
-    repo = Path(out_repo) / spec.name
-    ports = {"http_port": http_port or None, "grpc_port": grpc_port or None, "metrics_port": metrics_port or None}
-    if print_command or as_json:  # the key never printed: the command reads it from $TRTSPEC_ADMIN_KEY
-        cmd = launch_command(spec, repo, host=host, admin_key=None if open_model_control else ADMIN_KEY_REF, **ports)
-        shell = launch_shell(cmd)
-        click.echo(json.dumps({"argv": cmd, "shell": shell}, indent=2) if as_json else shell)
-        return
-    if not repo.is_dir():
-        raise ServeError(f"no model repository at {repo}", hint=f"run `trtspec build -c <spec>` first")
-    if not Path(TRITONSERVER).is_file():
-        image = spec.runtime.trtllm.image
-        raise ServeError(f"runtime {spec.runtime.kind!r} serves from the Triton TensorRT-LLM container ({TRITONSERVER} "
-                         "is not here; the bundled CPU server has no tensorrtllm backend)",
-                         hint=f"docker run --gpus all --shm-size 2g -v $PWD:/work -w /work {image} "
-                              f"trtspec serve -c <spec>   (or --print-command to see the command)")
-    from trtspec.serve.server import new_admin_key
-
-    _safety_warnings(host, open_model_control)
-    key = None if open_model_control else admin_key or new_admin_key()
-    cmd = launch_command(spec, repo, host=host, admin_key=key, **ports)
-    install_upstream_files(repo)
-    shown = [a.replace(key, "***") for a in cmd] if key else cmd
-    click.echo(f"serving {spec.name!r} ({spec.method}, world size {spec.world_size}): {shlex.join(shown)}", err=True)
-    raise SystemExit(subprocess.call(cmd))
 
 
 def register(main: click.Group) -> None:

@@ -190,7 +190,7 @@ def resolve_url(url: str | None, config: str | None = None) -> str:
     if url:
         scheme, hostport = parse_url(url)
         return f"{scheme}://{hostport}" if scheme else hostport
-    from trtspec.serve.state import read_state, state_path
+    from trtspec.state import read_state, state_path
     from trtspec.spec import load_spec
 
     spec = load_spec(config or "trtspec.toml")

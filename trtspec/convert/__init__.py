@@ -2,8 +2,8 @@
 
     result = convert(spec, out_dir=None, tp=None, pp=None, force=False)
 
-writes one checkpoint per role the spec's method needs into `<out_dir>/<role>/`
-(default `<engines>/<name>/checkpoints/<role>/`):
+writes one checkpoint per role the spec's method needs (its module's `convert_jobs`, trtspec/methods/)
+into `<out_dir>/<role>/` (default `<engines>/<name>/checkpoints/<role>/`):
 
     method        target checkpoint                     draft checkpoint
     draft-model   LlamaForCausalLM                       LlamaForCausalLM (same TP, PP 1)
@@ -24,10 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from trtspec.convert import params
 from trtspec.convert.checkpoint import (MANIFEST, ConvertedCheckpoint, ConvertJob, Reassembled,
                                         hf_config_from_trtllm, is_fresh, read_checkpoint, read_manifest, run_job)
-from trtspec.artifacts import heads as layouts
 from trtspec.convert.hf import SUPPORTED_ARCHITECTURES, TRTLLM_ARCHITECTURES
 from trtspec.errors import ConvertError
 from trtspec.spec import Spec
@@ -55,36 +53,18 @@ def default_out_dir(spec: Spec, engines: Path = DEFAULT_ENGINES) -> Path:
     return Path(engines) / spec.name / "checkpoints"
 
 
-def medusa_num_heads(spec: Spec) -> int:
-    """The spec's Medusa heads count (artifacts.heads.medusa_num_heads, as a ConvertError)."""
-    if spec.speculative.heads is None:
-        raise ConvertError("method 'medusa' needs speculative.heads", hint="set speculative.heads in the spec")
-    return layouts.medusa_num_heads(spec.speculative.heads, ConvertError)
-
-
 def jobs_for_spec(spec: Spec, out_dir: Path | None = None, *, tp: int | None = None, pp: int | None = None,
                   engines: Path = DEFAULT_ENGINES) -> list[ConvertJob]:
-    """The conversions a spec needs (reads only small config files)."""
+    """The conversions a spec needs (reads only small config files): its method's (trtspec/methods/<name>.py),
+    after the method's engine rules (`pp` may be the CLI's)."""
+    from trtspec import methods
+
     out = Path(out_dir) if out_dir is not None else default_out_dir(spec, engines)
     tp = tp or spec.gpu.tensor_parallel
     pp = pp or spec.gpu.pipeline_parallel
-    dtype = spec.model.dtype
-    target = Path(spec.model.target)
-    s = spec.speculative
-    if spec.method == "medusa":
-        n = medusa_num_heads(spec)
-        job = ConvertJob("target", "medusa", target, Path(s.heads), out / "target", tp, pp, dtype,
-                         max_draft_len=len(params.medusa_choices(spec, n)))
-        return [job]
-    if spec.method == "eagle":
-        if pp != 1:
-            raise ConvertError("EAGLE does not support pipeline parallelism", hint="set gpu.pipeline_parallel = 1")
-        tree = params.eagle_tree_params(params.eagle_choices(spec))
-        return [ConvertJob("target", "eagle", target, Path(s.heads), out / "target", tp, pp, dtype, **tree)]
-    jobs = [ConvertJob("target", "llama", target, None, out / "target", tp, pp, dtype)]
-    if spec.method == "draft-model":
-        jobs.append(ConvertJob("draft", "llama", Path(s.draft), None, out / "draft", tp, 1, dtype))
-    return jobs
+    method = methods.get(spec.method)
+    methods.raise_first(method.engine_problems(spec, pp=pp), ConvertError)
+    return method.convert_jobs(spec, out, tp, pp)
 
 
 def convert(spec: Spec, out_dir: Path | None = None, *, tp: int | None = None, pp: int | None = None,
@@ -100,4 +80,4 @@ def convert(spec: Spec, out_dir: Path | None = None, *, tp: int | None = None, p
 
 __all__ = ["ConvertJob", "ConvertResult", "ConvertedCheckpoint", "MANIFEST", "Reassembled", "SUPPORTED_ARCHITECTURES",
            "TRTLLM_ARCHITECTURES", "convert", "default_out_dir", "hf_config_from_trtllm", "is_fresh", "jobs_for_spec",
-           "medusa_num_heads", "read_checkpoint", "read_manifest", "run_job"]
+           "read_checkpoint", "read_manifest", "run_job"]

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from trtspec.artifacts import heads as layouts
 from trtspec.artifacts import manifest
 from trtspec.artifacts.fs import atomic_dir, content_only, digest, file_digests, read_json_object
 from trtspec.artifacts.hf import CONFIG, ModelConfig
@@ -32,8 +31,8 @@ if TYPE_CHECKING:
 
 MANIFEST = manifest.FILE_NAMES[manifest.CONVERT]
 MANIFEST_FORMAT = 1
+LLAMA = "llama"  # a plain Llama-family checkpoint; a head method's job kind is the method's name
 CONVERTER_VERSION = 1
-HEAD_WEIGHTS = {"medusa": layouts.MEDUSA_WEIGHTS, "eagle": layouts.EAGLE_WEIGHTS}
 Tensors = dict[str, "torch.Tensor"]
 
 
@@ -42,7 +41,7 @@ class ConvertJob:
     """One checkpoint to write: what from, with which options, to where."""
 
     role: str                      # "target" | "draft"
-    kind: str                      # "llama" | "medusa" | "eagle"
+    kind: str                      # LLAMA, or a head method's name (its converter layout: trtspec/methods/)
     model_dir: Path
     heads_dir: Path | None
     out_dir: Path
@@ -69,7 +68,7 @@ class ConvertJob:
         if index.is_file():
             files["model"].append(index)
         if self.heads_dir is not None:
-            weights = HEAD_WEIGHTS.get(self.kind, MODEL_WEIGHTS)
+            weights = _head_method(self).head_weights or MODEL_WEIGHTS
             files["heads"] = [self.heads_dir / CONFIG, *weight_files(self.heads_dir, weights, ConvertError)]
         return files
 
@@ -99,39 +98,24 @@ def _config_and_ranks(job: ConvertJob) -> tuple[dict[str, Any], Callable[[int, i
     sd = load_weights(job.model_dir, error=ConvertError)
     dtype = hf.torch_dtype(job.dtype)
     mapping = job.mapping
-    if job.kind == "llama":
-        config = llama.base_config(shape, job.dtype, mapping, shape.architecture)
+    config, head = (llama.base_config(shape, job.dtype, mapping, shape.architecture), None) if job.kind == LLAMA \
+        else _head_method(job).trtllm_checkpoint(job, shape, sd, dtype)
 
-        def ranks(rank, t, p):
-            return llama.base_rank_weights(sd, shape, mapping, t, p, dtype, where)
-        return config, ranks
-    if job.kind == "medusa":
-        assert job.heads_dir is not None
-        hcfg, heads = layouts.load_medusa(job.heads_dir, shape, ConvertError)
-        num_heads, num_layers = hcfg.num_heads, hcfg.num_layers
-        config = llama.medusa_config(shape, job.dtype, mapping, num_heads=num_heads, num_layers=num_layers,
-                                     max_draft_len=job.max_draft_len)
+    def ranks(rank, t, p):
+        w = llama.base_rank_weights(sd, shape, mapping, t, p, dtype, where)
+        if head is not None:
+            w.update(head(t, p))
+        return w
+    return config, ranks
 
-        def ranks(rank, t, p):
-            w = llama.base_rank_weights(sd, shape, mapping, t, p, dtype, where)
-            w.update(llama.medusa_rank_weights(heads, shape, mapping, t, p, num_heads, num_layers, dtype,
-                                               str(job.heads_dir)))
-            return w
-        return config, ranks
-    if job.kind == "eagle":
-        assert job.heads_dir is not None
-        eshape, eagle = layouts.load_eagle(job.heads_dir, shape, ConvertError)
-        config = llama.eagle_config(shape, eshape, job.dtype, mapping, max_draft_len=job.max_draft_len,
-                                    num_eagle_layers=job.num_eagle_layers,
-                                    max_non_leaves_per_layer=job.max_non_leaves_per_layer)
 
-        def ranks(rank, t, p):
-            w = llama.base_rank_weights(sd, shape, mapping, t, p, dtype, where)
-            w.update(llama.eagle_rank_weights(eagle, eshape, sd, shape, mapping, t, job.num_eagle_layers, dtype,
-                                              str(job.heads_dir)))
-            return w
-        return config, ranks
-    raise ConvertError(f"unknown conversion kind {job.kind!r}")
+def _head_method(job: ConvertJob):
+    """The method whose converter layout writes the job's heads (trtspec/methods/<kind>.py)."""
+    from trtspec import methods
+
+    if job.kind not in methods.names():
+        raise ConvertError(f"unknown conversion kind {job.kind!r}")
+    return methods.get(job.kind)
 
 
 def fingerprint(job: ConvertJob, previous: dict[str, Any] | None = None, use_cache: bool = True

@@ -1,33 +1,23 @@
-"""How the spec's `[speculative]` section maps onto TensorRT-LLM's numbers.
-
-One place for the tree maths shared by conversion (checkpoint `max_draft_len`,
-`num_eagle_layers`, ...), the build plan (`--max_draft_len`) and the Triton repository
-(`medusa_choices` / `eagle_choices` / `lookahead_*`).
+"""How the spec's `[speculative]` section maps onto TensorRT-LLM's numbers: the tree maths shared by the
+methods' conversion (checkpoint `max_draft_len`, `num_eagle_layers`, ...), build flags (`--max_draft_len`)
+and Triton parameters (`medusa_choices` / `eagle_choices`), and TensorRT-LLM's limit on max_draft_len.
+Each method's own numbers are its module's (trtspec/methods/<name>.py: `max_draft_len(spec)`, its choices).
 """
 
 from __future__ import annotations
 
-from trtspec.spec import Spec, lookahead_max_draft_len
-
 Choices = list[list[int]]
+MAX_DRAFT_LEN = 256  # TensorRT-LLM: draft tokens per step of one engine
+
+
+def draft_len_excess(max_draft_len: int) -> str | None:
+    """Why TensorRT-LLM cannot take `max_draft_len` (None: it can): the one statement of the limit."""
+    return f"max_draft_len {max_draft_len} > {MAX_DRAFT_LEN}" if max_draft_len > MAX_DRAFT_LEN else None
 
 
 def chain(length: int) -> Choices:
     """A single greedy path of `length` tokens: [[0], [0, 0], ...]."""
     return [[0] * d for d in range(1, length + 1)]
-
-
-def medusa_choices(spec: Spec, num_heads: int) -> Choices:
-    """The spec's tree, or a greedy chain as deep as the heads allow (at most num_draft_tokens)."""
-    if spec.speculative.choices:
-        return [list(c) for c in spec.speculative.choices]
-    return chain(min(spec.speculative.num_draft_tokens, num_heads))
-
-
-def eagle_choices(spec: Spec) -> Choices:
-    if spec.speculative.choices:
-        return [list(c) for c in spec.speculative.choices]
-    return chain(spec.speculative.num_draft_tokens)
 
 
 def tree_depth(choices: Choices) -> int:
@@ -48,26 +38,6 @@ def eagle_tree_params(choices: Choices) -> dict[str, int]:
     """`max_draft_len` (one draft token per node), `num_eagle_layers` (= depth), non-leaves."""
     return {"max_draft_len": len(choices), "num_eagle_layers": tree_depth(choices),
             "max_non_leaves_per_layer": max_non_leaves_per_layer(choices)}
-
-
-def lookahead_params(spec: Spec) -> dict[str, int]:
-    la = spec.speculative.lookahead
-    return {"window": la.window, "ngram": la.ngram, "verification_set": la.verification_set,
-            "max_draft_len": lookahead_max_draft_len(la.window, la.ngram, la.verification_set)}
-
-
-def engine_max_draft_len(spec: Spec, num_medusa_heads: int | None = None) -> int:
-    """The target engine's `max_draft_len` for the spec's method."""
-    m = spec.method
-    if m == "draft-model":
-        return spec.speculative.num_draft_tokens
-    if m == "medusa":
-        return len(medusa_choices(spec, num_medusa_heads or spec.speculative.num_draft_tokens))
-    if m == "eagle":
-        return len(eagle_choices(spec))
-    if m == "lookahead":
-        return lookahead_params(spec)["max_draft_len"]
-    return 0
 
 
 def brace_choices(choices: Choices) -> str:

@@ -22,8 +22,8 @@ round a batch differently from one row).
 Modules (as vLLM v1 splits a speculative engine):
   engine.py     the API and the model runner: prefill and the speculative step (one screen)
   scheduler.py  requests: validation, queue, admission, background thread, cancel, drain, adaptive K
-  proposer.py   the Proposer interface, Draft, chains/tries/trees; proposers/: none, draft-model, medusa,
-                eagle, lookahead (n-gram), one module each
+  proposer.py   the Proposer interface, Draft, chains/tries/trees; the proposers live with their methods
+                (trtspec/methods/<name>.py, one module each: methods.get(spec.method).proposer(spec, device))
   rejection.py  the rejection sampler: greedy identity, min(1, p/q) + residual + bonus, trees, point masses
   sampling.py   SamplingParams and processed distributions (temperature, top-k, top-p)
   detok.py      tokens -> text and stop strings, for the engine and the served models alike
@@ -42,8 +42,6 @@ _EXPORTS = {
     "SpecEngine": "engine", "StepEvent": "scheduler", "GenerationResult": "scheduler",
     "AdaptiveConfig": "scheduler", "SamplingParams": "sampling", "Llama": "llama", "LlamaConfig": "llama",
     "Draft": "proposer", "DraftPlan": "proposer", "ProposalBatch": "proposer", "Proposer": "proposer",
-    "DraftModelProposer": "proposers", "MedusaProposer": "proposers", "EagleProposer": "proposers",
-    "NgramProposer": "proposers", "make_proposer": "proposers",
     "SpecDecodingStats": "stats", "RequestStats": "stats",
 }
 __all__ = list(_EXPORTS)

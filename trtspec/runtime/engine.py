@@ -1,10 +1,10 @@
 """SpecEngine: the reference speculative-decoding runtime (torch), with continuous batching.
 
 The pieces, as vLLM v1 splits them: scheduler.py decides which requests run (queue, admission, the background
-thread, cancellation, drain, adaptive K); proposer.py + proposers/ propose drafts; rejection.py accepts them;
-detok.py turns tokens into text and stops at stop strings; stats.py counts. This module holds the API and the
-model runner: the prefill and the speculative step, one screen each (`step` below), which follow
-reference/speculative-decoding.md:
+thread, cancellation, drain, adaptive K); proposer.py + the methods' proposers (trtspec/methods/) propose
+drafts; rejection.py accepts them; detok.py turns tokens into text and stops at stop strings; stats.py counts.
+This module holds the API and the model runner: the prefill and the speculative step, one screen each (`step`
+below), which follow reference/speculative-decoding.md:
 
   1. choose K per request (adaptive: recent acceptance, a cap by load, fallback to plain decoding);
   2. the proposer proposes a chain or tree per request;
@@ -26,12 +26,12 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
+from trtspec import methods
 from trtspec.artifacts.tokenizer import load_tokenizer
 from trtspec.errors import GenerationError
 from trtspec.runtime.cache import chain_inputs, draft_inputs
 from trtspec.runtime.llama import Llama
 from trtspec.runtime.proposer import ProposalBatch, Proposer
-from trtspec.runtime.proposers import make_proposer
 from trtspec.runtime.rejection import rejection_sample
 from trtspec.runtime.sampling import SamplingParams, sample_token
 from trtspec.runtime.scheduler import (DRAFT_COST, AdaptiveConfig, GenerationResult, Request, Scheduler, StepEvent,
@@ -57,7 +57,7 @@ class SpecEngine:
         self.cache = target.new_cache(max_batch_size, self.max_seq)
         self.plan = self.proposer.setup(target, max_batch_size, self.max_seq, num_draft_tokens)
         self.k_max = self.plan.k_max
-        self.method = self.proposer.name if self.k_max > 0 else "none"  # "draft-model", "medusa", ...
+        self.method = self.proposer.name if self.k_max > 0 else "none"  # a method's name (trtspec.methods)
         eos = set(target.cfg.eos_token_ids)
         if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
             eos.add(int(tokenizer.eos_token_id))
@@ -75,9 +75,9 @@ class SpecEngine:
                                 max_seq=lim.max_seq_len, name="target")
         if tokenizer is None:
             tokenizer = load_tokenizer(spec.tokenizer_dir)
-        a = spec.speculative.adaptive
-        k = 0 if spec.speculative.method == "none" else spec.speculative.num_draft_tokens
-        return cls(target, make_proposer(spec), tokenizer, max_batch_size=lim.max_batch_size,
+        a, method = spec.speculative.adaptive, methods.get(spec.method)
+        k = spec.speculative.num_draft_tokens if method.drafts else 0
+        return cls(target, method.proposer(spec, spec.runtime.device), tokenizer, max_batch_size=lim.max_batch_size,
                    max_input_len=lim.max_input_len, max_output_len=lim.max_output_len, num_draft_tokens=k,
                    adaptive=AdaptiveConfig(a.enabled, a.min_draft_tokens, a.history, a.fallback_acceptance),
                    name=spec.model.name)

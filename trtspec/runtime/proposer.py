@@ -1,5 +1,6 @@
 """The Proposer interface: what proposes the tokens the target verifies (vLLM v1's proposers), and the draft
-shapes they share. The implementations live in trtspec/runtime/proposers/, one module each.
+shapes they share. The implementations live with their methods, one module each (trtspec/methods/<name>.py;
+`methods.get(spec.method).proposer(spec, device)` makes one).
 
 Every step the engine hands the proposer a `ProposalBatch` (each running request's sequence, sampling
 params, K and its own random draws) and gets one `Draft` per request: a chain or a tree of at most K tokens
@@ -27,10 +28,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where proposals are computed: the method registry is read without it
+    import torch
 
-from trtspec.runtime.sampling import SamplingParams
+    from trtspec.runtime.sampling import SamplingParams
 
 
 @dataclasses.dataclass

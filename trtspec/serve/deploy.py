@@ -52,7 +52,9 @@ from typing import Any
 
 from trtspec.errors import DeployError, TrtspecError
 from trtspec.names import check_name
+from trtspec.serve.control import ModelControl
 from trtspec.spec import Spec
+from trtspec.state import read_state, state_dir
 
 ENGINES_SUBDIR = ".trtspec-engines"
 BACKUP_PREFIX = ".trtspec-backup-"
@@ -122,14 +124,15 @@ def _http_url(url: str) -> str:
 
 
 def _check_server(url: str) -> None:
-    from trtspec.serve.server import _http_status
-
-    live = _http_status(f"http://{url}/v2/health/live", timeout=5.0)
-    if live is None:
+    try:
+        health = ModelControl(url, timeout=5.0)
+        live = health.live()
+    except Exception:  # noqa: BLE001 - refused, unreachable, not HTTP
         raise DeployError(f"cannot reach Triton at {url}",
-                          hint="start the server in explicit model-control mode or fix --url HOST:HTTP_PORT")
-    if live != 200 or _http_status(f"http://{url}/v2/health/ready", timeout=5.0) != 200:
-        raise DeployError(f"Triton at {url} is not live and ready", hint="check the server log")
+                          hint="start the server in explicit model-control mode or fix --url HOST:HTTP_PORT") from None
+    with health:
+        if not live or not health.server_ready():
+            raise DeployError(f"Triton at {url} is not live and ready", hint="check the server log")
 
 
 def _find_build(spec: Spec, out_repo: Path, out_engines: Path) -> tuple[Path, Path, dict[str, Any], list[str]]:
@@ -137,9 +140,6 @@ def _find_build(spec: Spec, out_repo: Path, out_engines: Path) -> tuple[Path, Pa
     from trtspec.builders.lock import read_lock
 
     hint = f"trtspec build -c {spec.source or 'SPEC'}"
-    if spec.runtime.kind != "torch":
-        raise DeployError(f"deploy supports runtime 'torch' only, not {spec.runtime.kind!r}",
-                          hint="deploy trtllm repositories with the Triton TRT-LLM container's tooling")
     repo_dir = Path(out_repo).resolve() / spec.name
     engine_dir = Path(out_engines).resolve() / spec.name
     ensemble = spec.serving.ensemble_name
@@ -148,8 +148,9 @@ def _find_build(spec: Spec, out_repo: Path, out_engines: Path) -> tuple[Path, Pa
     lock = read_lock(engine_dir) if engine_dir.is_dir() else None
     if not lock:
         raise DeployError(f"no readable build lock in {engine_dir} (missing or broken build)", hint=hint)
-    if lock.get("runtime", "torch") != "torch":
-        raise DeployError(f"{engine_dir} holds a {lock.get('runtime')!r} build, not a torch one", hint=hint)
+    if lock.get("runtime", spec.runtime.kind) != spec.runtime.kind:  # (locks before the key were torch builds)
+        raise DeployError(f"{engine_dir} holds a {lock.get('runtime')!r} build, not a {spec.runtime.kind!r} one",
+                          hint=hint)
     names = dict((lock.get("repository") or {}).get("models") or {})
     models = [ensemble] + [n for role, n in names.items() if role != "ensemble" and n != ensemble]
     if len(models) == 1:  # an old lock without names: every model dir of the build
@@ -165,9 +166,8 @@ def resolve_grpc_url(url: str, grpc_url: str | None, spec: Spec | None = None) -
     """`grpc_url`, else the HTTP host of `url` with the gRPC port of the `trtspec serve` server whose
     HTTP port is `url`'s (its state file), else a DeployError asking for --grpc-url."""
     from trtspec.client.remote import normalize_url
-    from trtspec.serve import running_state
+    from trtspec.serve.background import running_state
     from trtspec.serve.server import pid_alive
-    from trtspec.serve.state import read_state, state_dir
 
     if grpc_url:
         try:
@@ -308,20 +308,6 @@ class _Swap:
 # --------------------------------------------------------------------------------------------
 
 
-def _client(url: str, timeout: float, admin_key: str | None = None):
-    """HTTP client for model control; every call carries the server's admin key (its model-repository
-    API is restricted: see trtspec.serve.server)."""
-    import tritonclient.http as httpclient
-
-    from trtspec.client.remote import HeaderPlugin
-    from trtspec.serve.server import admin_headers
-
-    client = httpclient.InferenceServerClient(url, connection_timeout=timeout, network_timeout=timeout)
-    if admin_key:
-        client.register_plugin(HeaderPlugin(admin_headers(admin_key, "http")))
-    return client
-
-
 def _message(exc: Exception, limit: int = 400) -> str:
     """One line; a Python backend's traceback (" At: <file>(<line>) ...") is cut off (it is in the log)."""
     text = exc.message() if callable(getattr(exc, "message", None)) else str(exc)
@@ -329,60 +315,39 @@ def _message(exc: Exception, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _index(client) -> dict[str, str]:
-    return {m.get("name"): m.get("state", "") for m in client.get_model_repository_index()}
-
-
-def _ready(client, models: list[str]) -> list[str]:
-    out = []
-    for m in models:
-        try:
-            if client.is_model_ready(m):
-                out.append(m)
-        except Exception:
-            pass
-    return out
-
-
-def _revision(client, model: str) -> str | None:
+def _revision(client: ModelControl, model: str) -> str | None:
     """The trtspec_revision of the config `model` is served with (None: no such parameter)."""
-    params = client.get_model_config(model).get("parameters") or {}
+    params = client.config(model).get("parameters") or {}
     return (params.get(REVISION_PARAM) or {}).get("string_value")
 
 
-def _unload(client, models: list[str], timeout: float) -> None:
+def _unload(client: ModelControl, models: list[str], timeout: float) -> None:
     """Unload the models that are loaded (or loading) and wait until none is READY or UNLOADING."""
-    state = _index(client)
+    state = client.index()
     for m in models:
         if state.get(m) in ("READY", "LOADING", "UNAVAILABLE"):
             try:
-                client.unload_model(m)
+                client.unload(m)
             except Exception as exc:
                 if state.get(m) == "READY":
                     raise _StepFailed("unload", f"unloading {m!r} failed: {_message(exc)}") from None
-    deadline = time.monotonic() + timeout
-    while True:
-        state = _index(client)
-        busy = [m for m in models if state.get(m) in ("READY", "UNLOADING", "LOADING")]
-        if not busy:
-            return
-        if time.monotonic() > deadline:
-            raise _StepFailed("unload", f"model(s) {', '.join(busy)} still loaded {timeout:.0f}s after unloading")
-        time.sleep(0.1)
+    busy = client.wait_unloaded(models, timeout)
+    if busy:
+        raise _StepFailed("unload", f"model(s) {', '.join(busy)} still loaded {timeout:.0f}s after unloading")
 
 
-def _load(client, ensemble: str, models: list[str], url: str) -> list[str]:
+def _load(client: ModelControl, ensemble: str, models: list[str], url: str) -> list[str]:
     try:
-        client.load_model(ensemble)
+        client.load(ensemble)
     except Exception as exc:
         raise _StepFailed("load", f"loading {ensemble!r} into {url} failed: {_message(exc)}") from None
-    not_ready = [m for m in models if m not in _ready(client, models)]
+    not_ready = [m for m in models if m not in client.ready(models)]
     if not_ready:
         raise _StepFailed("load", f"model(s) {', '.join(not_ready)} not ready on {url} after loading {ensemble!r}")
     return models
 
 
-def _reload(client, models: list[str], expected: dict[str, str | None], url: str, step: str) -> None:
+def _reload(client: ModelControl, models: list[str], expected: dict[str, str | None], url: str, step: str) -> None:
     """Load the deployment again so that every model serves the config revision `expected[model]`.
 
     One load of the ensemble (`models[0]`) makes Triton reload its changed steps together, each beside
@@ -390,11 +355,11 @@ def _reload(client, models: list[str], expected: dict[str, str | None], url: str
     failed to reload (that step keeps its old instance), so a step still at another revision is then
     loaded on its own, which fails with that step's error."""
     def stale() -> list[str]:
-        return [m for m in models if m not in _ready(client, [m]) or _revision(client, m) != expected.get(m)]
+        return [m for m in models if not client.model_ready(m) or _revision(client, m) != expected.get(m)]
 
     def load(model: str) -> None:
         try:
-            client.load_model(model)
+            client.load(model)
         except Exception as exc:  # noqa: BLE001
             raise _StepFailed(step, f"reloading {model!r} on {url} failed: {_message(exc)}") from None
 
@@ -409,27 +374,27 @@ def _reload(client, models: list[str], expected: dict[str, str | None], url: str
                                 "(the server log says why)")
 
 
-def _forget_failed(client, names: list[str]) -> None:
+def _forget_failed(client: ModelControl, names: list[str]) -> None:
     """Triton 2.51 reports the whole server not ready (strict readiness: a load balancer would stop
     sending it traffic) while a model's last load failed, even once it is unloaded and its files are
     gone, until a load under that name succeeds. So each failed name among `names` gets a minimal
     Python model (no torch: about a second) loaded in its place, to be unloaded with the rest."""
     import json
 
-    failed = [m.get("name") for m in client.get_model_repository_index() if m.get("name") in names
+    failed = [m.get("name") for m in client.entries() if m.get("name") in names
               and m.get("state") == "UNAVAILABLE" and m.get("reason") not in (None, "", "unloaded")]
     for name in failed:
         config = {"name": name, "backend": "python", "max_batch_size": 0,
                   "input": [{"name": "IN", "data_type": "TYPE_INT32", "dims": [1]}],
                   "output": [{"name": "OUT", "data_type": "TYPE_INT32", "dims": [1]}],
                   "instance_group": [{"count": 1, "kind": "KIND_CPU"}]}
-        client.load_model(name, config=json.dumps(config), files={"file:1/model.py": _PLACEHOLDER_PY})
+        client.load(name, config=json.dumps(config), files={"file:1/model.py": _PLACEHOLDER_PY})
 
 
 _PLACEHOLDER_PY = b"class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
 
 
-def _clear_candidates(client, server_repo: Path, candidates: list[str], timeout: float) -> None:
+def _clear_candidates(client: ModelControl, server_repo: Path, candidates: list[str], timeout: float) -> None:
     """Unload and remove candidate models (this deploy's, or a dead deploy's: under the deploy lock no
     other deploy owns them), leaving none in a failed state."""
     _forget_failed(client, candidates)
@@ -477,7 +442,7 @@ class _Deploy:
     grpc: str
     server_repo: Path
     models: list[str]                  # ensemble first
-    client: Any
+    client: ModelControl
     revision: str
     stage: _Stage
     swap: _Swap
@@ -506,7 +471,7 @@ class _Deploy:
             raise _StepFailed(step, f"model control on {self.url} failed: {_message(exc)}") from None
 
     def listed(self, model: str, step: str) -> None:
-        if model not in _index(self.client):
+        if model not in self.client.index():
             raise _StepFailed(step, f"the server at {self.url} does not list {model!r} in its repository: "
                                     f"is {self.server_repo} the directory it serves?")
 
@@ -602,8 +567,8 @@ def deploy_spec(
 
     with _deploy_lock(server_repo):
         try:
-            client = _client(url, timeout, admin_key)
-            previous = _ready(client, models)
+            client = ModelControl(url, admin_key, timeout)
+            previous = client.ready(models)
             revisions = {m: _revision(client, m) for m in previous}
             _clear_candidates(client, server_repo, candidates, timeout)
         except Exception as exc:  # noqa: BLE001 - any client failure is a deploy failure
@@ -694,7 +659,7 @@ def _run_in_place(d: _Deploy, previous: list[str], rollback: bool) -> SmokeResul
         raise DeployError(f"{what}; rolled back: {back}", hint="see the server log for the cause") from None
 
 
-def _rollback(client, swap: _Swap, models: list[str], previous: list[str], ensemble: str, url: str,
+def _rollback(client: ModelControl, swap: _Swap, models: list[str], previous: list[str], ensemble: str, url: str,
               timeout: float) -> None:
     _unload(client, models, timeout)
     swap.restore()
@@ -702,11 +667,11 @@ def _rollback(client, swap: _Swap, models: list[str], previous: list[str], ensem
         return
     order = ([ensemble] if ensemble in previous else []) + [m for m in previous if m != ensemble]
     for m in order:
-        if m not in _ready(client, [m]):
+        if not client.model_ready(m):
             try:
-                client.load_model(m)
+                client.load(m)
             except Exception as exc:  # noqa: BLE001
                 raise _StepFailed("rollback", f"reloading {m!r} failed: {_message(exc)}") from None
-    not_ready = [m for m in previous if m not in _ready(client, previous)]
+    not_ready = [m for m in previous if m not in client.ready(previous)]
     if not_ready:
         raise _StepFailed("rollback", f"{', '.join(not_ready)} not ready after the rollback")

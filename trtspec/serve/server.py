@@ -59,23 +59,19 @@ import sys
 import sysconfig
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from trtspec.errors import ServeError
+from trtspec.repository.server_flags import (ADMIN_HEADER, ADMIN_KEY_ENV, GRPC_ADMIN_HEADER,  # noqa: F401
+                                             LOOPBACK, RESTRICTED_APIS, admin_headers, bind_args, restricted_args)
 from trtspec.repository.serving import CONTROL_DIR_ENV, DRAIN_FILE
+from trtspec.serve.control import ModelControl
 
 _SHM_DIR = Path("/dev/shm")
 
-LOOPBACK = "127.0.0.1"
-ADMIN_HEADER = "trtspec-admin-key"                       # HTTP header of the restricted APIs
-GRPC_ADMIN_HEADER = f"triton-grpc-protocol-{ADMIN_HEADER}"  # its gRPC form (Triton adds the prefix)
-ADMIN_KEY_ENV = "TRTSPEC_ADMIN_KEY"
-RESTRICTED_APIS = ("model-repository", "shared-memory", "trace", "logging")
 DRAIN_MARGIN = 5.0                                       # seconds past the drain deadline for the last responses
 _KEY_RE = re.compile(r"[A-Za-z0-9._~-]{16,256}")
 _PREFIX_RE = re.compile(r"trtspec_\d+_[0-9a-f]{8}_")
@@ -96,8 +92,15 @@ def is_loopback(host: str) -> bool:
 
 
 def connect_host(bind: str) -> str:
-    """Where a client on this machine reaches a server bound to `bind` (0.0.0.0 -> 127.0.0.1)."""
-    return {"0.0.0.0": LOOPBACK, "": LOOPBACK, "::": "::1"}.get(bind, bind)
+    """Where a client on this machine reaches a server bound to `bind` (the IPv4 wildcard -> 127.0.0.1, the IPv6
+    one -> ::1)."""
+    try:
+        address = ipaddress.ip_address(bind) if bind else None
+    except ValueError:
+        return bind
+    if address is None or address.is_unspecified:
+        return "::1" if address is not None and address.version == 6 else LOOPBACK
+    return bind
 
 
 def url_host(host: str) -> str:
@@ -126,20 +129,6 @@ def check_admin_key(key: str) -> str:
         raise ServeError("the admin key must be 16-256 characters of A-Z a-z 0-9 . _ ~ -",
                          hint="e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'")
     return key
-
-
-def admin_headers(key: str | None, protocol: str = "http") -> dict[str, str]:
-    """The header a restricted request must carry ({} without a key)."""
-    if not key:
-        return {}
-    return {ADMIN_HEADER if protocol == "http" else GRPC_ADMIN_HEADER: key}
-
-
-def restricted_args(key: str, apis: Sequence[str] = RESTRICTED_APIS) -> list[str]:
-    """tritonserver flags that require `trtspec-admin-key: <key>` for `apis` over HTTP and gRPC."""
-    group = ",".join(apis)
-    return [f"--http-restricted-api={group}:{ADMIN_HEADER}={key}",
-            f"--grpc-restricted-protocol={group}:{ADMIN_HEADER}={key}"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,30 +348,9 @@ def _errors(path: Path | None, limit: int = 10) -> list[str]:
     return [line for line in lines if line[:1] == "E" and not any(n in line for n in _NOISE)][-limit:]
 
 
-def _http_status(url: str, timeout: float = 1.0) -> int | None:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (localhost only)
-            return resp.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except (urllib.error.URLError, OSError, TimeoutError):
-        return None
-
-
 # --------------------------------------------------------------------------------------------
 # Draining
 # --------------------------------------------------------------------------------------------
-
-
-def _admin_http_client(http_url: str, admin_key: str | None, timeout: float = 10.0):
-    import tritonclient.http as httpclient
-
-    from trtspec.client.remote import HeaderPlugin
-
-    client = httpclient.InferenceServerClient(http_url, connection_timeout=timeout, network_timeout=timeout)
-    if admin_key:
-        client.register_plugin(HeaderPlugin(admin_headers(admin_key, "http")))
-    return client
 
 
 def request_drain(control_dir: str | Path, timeout: float, refuse_new: bool) -> float:
@@ -424,26 +392,26 @@ def drain_server(http_url: str, control_dir: str | Path, timeout: float, *, admi
     control = Path(control_dir)
     deadline = request_drain(control, timeout, refuse_new=not explicit)
     ensembles: list[str] = []
-    client = None
+    models = None
     if explicit:
         try:
-            client = _admin_http_client(http_url, admin_key)
-            for model in client.get_model_repository_index():
+            models = ModelControl(http_url, admin_key, timeout=10.0)
+            for model in models.entries():
                 name = model.get("name")
-                if model.get("state") == "READY" and client.get_model_config(name).get("platform") == "ensemble":
-                    client.unload_model(name)
+                if model.get("state") == "READY" and models.config(name).get("platform") == "ensemble":
+                    models.unload(name)
                     ensembles.append(name)
         except Exception:  # noqa: BLE001 - no model control (wrong key, old server): the markers still tell
-            if client is not None:
-                client.close()
-            client = None
+            if models is not None:
+                models.close()
+            models = None
     busy: list[str] = []
     try:
         while alive():
             busy = []
-            if client is not None:
+            if models is not None:
                 try:
-                    states = {m.get("name"): m.get("state") for m in client.get_model_repository_index()}
+                    states = models.index()
                     busy = [e for e in ensembles if states.get(e) in ("READY", "UNLOADING")]
                 except Exception:  # noqa: BLE001
                     busy = []
@@ -453,8 +421,8 @@ def drain_server(http_url: str, control_dir: str | Path, timeout: float, *, admi
                 break
             time.sleep(0.05)
     finally:
-        if client is not None:
-            client.close()  # an open keep-alive connection would hold Triton's exit
+        if models is not None:
+            models.close()
     elapsed = time.monotonic() - start
     return {"seconds": round(elapsed, 3), "timeout": timeout, "in_time": time.monotonic() <= deadline,
             "unloaded": ensembles, "still_busy": busy}
@@ -623,7 +591,7 @@ class TritonServer:
             f"--backend-config=python,shm-default-byte-size={self.shm_default_bytes}",
             f"--backend-config=python,shm-growth-byte-size={self.shm_growth_bytes}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
-            f"--http-address={self.host}", f"--grpc-address={self.host}", f"--metrics-address={self.host}",
+            *bind_args(self.host),
             f"--http-port={ep.http_port}", f"--grpc-port={ep.grpc_port}", f"--metrics-port={ep.metrics_port}",
             "--allow-gpu-metrics=false",
             f"--exit-timeout-secs={self.exit_timeout}",
@@ -695,25 +663,25 @@ class TritonServer:
     def wait_ready(self, timeout: float | None = None, models: Iterable[str] = ()) -> None:
         """Block until the server (and each of `models`) is ready; ServeError with the log tail if not."""
         deadline = time.monotonic() + (self.ready_timeout if timeout is None else timeout)
-        ep = self._require_endpoints()
-        base = f"http://{ep.http_url}"
-        pending = [f"{base}/v2/health/ready"] + [f"{base}/v2/models/{m}/ready" for m in models]
-        while pending:
-            if self.process is not None and self.process.poll() is not None:
-                raise ServeError(
-                    f"tritonserver exited with code {self.process.returncode} while starting; "
-                    f"{self.failure_report()}",
-                    hint=f"full log: {self._log_file}")
-            if _http_status(pending[0]) == 200:
-                pending.pop(0)
-                continue
-            if time.monotonic() > deadline:
-                what = pending[0].removeprefix(base)
-                raise ServeError(
-                    f"tritonserver not ready after {timeout or self.ready_timeout:.0f}s ({what}); "
-                    f"{self.failure_report()}",
-                    hint=f"full log: {self._log_file}; a model stuck in loading often means a Python/stub mismatch")
-            time.sleep(0.1)
+        pending: list[str | None] = [None, *models]  # None: the server itself
+        with ModelControl(self._require_endpoints().http_url, timeout=1.0) as health:  # (health needs no key)
+            while pending:
+                if self.process is not None and self.process.poll() is not None:
+                    raise ServeError(
+                        f"tritonserver exited with code {self.process.returncode} while starting; "
+                        f"{self.failure_report()}",
+                        hint=f"full log: {self._log_file}")
+                if health.server_ready() if pending[0] is None else health.model_ready(pending[0]):
+                    pending.pop(0)
+                    continue
+                if time.monotonic() > deadline:
+                    what = "/v2/health/ready" if pending[0] is None else f"/v2/models/{pending[0]}/ready"
+                    raise ServeError(
+                        f"tritonserver not ready after {timeout or self.ready_timeout:.0f}s ({what}); "
+                        f"{self.failure_report()}",
+                        hint=f"full log: {self._log_file}; a model stuck in loading often means a Python/stub "
+                             "mismatch")
+                time.sleep(0.1)
 
     def drain(self, timeout: float | None = None) -> dict[str, Any] | None:
         """Let the requests in flight finish (see `drain_server`); None when the server is not running."""

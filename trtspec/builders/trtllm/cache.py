@@ -22,7 +22,6 @@ from trtspec.artifacts.manifest import now  # noqa: F401  (the engines' built_at
 from trtspec.builders.lock import LOCK_NAME, read_lock
 from trtspec.builders.trtllm.plan import BuildPlan, BuildStep
 
-RUNTIME = "trtllm-engine"
 CONVERT_MANIFEST = manifest.FILE_NAMES[manifest.CONVERT]
 
 
@@ -135,30 +134,3 @@ def spec_engine_keys(spec, engines_root: Path = Path("engines")) -> dict[str, st
         keys[step.role] = engine_key(step, checkpoint_digests(ckpt), plan)
     return keys
 
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m trtspec.builders.trtllm.cache -c SPEC [--out-engines DIR]` prints
-    `name=<name>` and `engine_key=<sha256 over every engine key>` (a dotenv / $GITHUB_OUTPUT line)."""
-    import argparse
-    import sys
-
-    from trtspec.errors import TrtspecError
-    from trtspec.spec import load_spec
-
-    ap = argparse.ArgumentParser(prog="python -m trtspec.builders.trtllm.cache")
-    ap.add_argument("-c", "--config", default="trtspec.toml")
-    ap.add_argument("--out-engines", default="engines")
-    args = ap.parse_args(argv)
-    try:
-        spec = load_spec(args.config)
-        keys = spec_engine_keys(spec, Path(args.out_engines))
-    except (TrtspecError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"name={spec.name}")
-    print(f"engine_key={digest(keys)}")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -28,11 +28,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from trtspec.artifacts import heads as layouts
+from trtspec import methods
 from trtspec.artifacts.hf import ModelConfig
-from trtspec.convert import params
 from trtspec.convert.mapping import pp_layers
-from trtspec.errors import ModelError
+from trtspec.errors import ConvertError, ModelError
 from trtspec.spec import Spec
 
 GiB = 1 << 30
@@ -126,21 +125,30 @@ class MemoryPlan:
 # ------------------------------------------------------------------------------ model sizes
 
 
-def _layer_params(cfg: ModelConfig) -> tuple[int, int]:
+def layer_params(cfg: ModelConfig) -> tuple[int, int]:
     """(params of one decoder layer, of which split over TP): its matmuls and two norms."""
     return cfg.layer_params + 2 * cfg.hidden_size, cfg.layer_params
 
 
-def _per_rank_layer(cfg: ModelConfig, tp: int) -> float:
-    total, split = _layer_params(cfg)
+def per_rank_layer(cfg: ModelConfig, tp: int) -> float:
+    total, split = layer_params(cfg)
     H, nkv, hd = cfg.hidden_size, cfg.num_kv_heads, cfg.head_dim
     dup = max(tp // nkv, 1) if nkv < tp else 1  # duplicated KV heads
     kv_extra = (dup - 1) * 2 * H * nkv * hd / tp if nkv < tp else 0
     return (total - split) + split / tp + kv_extra
 
 
-def _kv_per_token(cfg: ModelConfig, layers: int, tp: int, nbytes: int) -> int:
+def kv_per_token(cfg: ModelConfig, layers: int, tp: int, nbytes: int) -> int:
     return 2 * layers * max(cfg.num_kv_heads // tp, 1) * cfg.head_dim * nbytes
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadSizes:
+    """What a method's heads add to the target engine (its `memory_extras`)."""
+
+    params: int           # whole heads
+    last_stage: float     # params per rank on the target's last pipeline stage
+    kv: int               # KV bytes per token per GPU
 
 
 @dataclasses.dataclass
@@ -158,29 +166,19 @@ def _model_sizes(spec: Spec, role: str, tp: int, pp: int) -> _Sizes:
     model_dir = Path(spec.model.target if role == "target" else spec.speculative.draft)
     cfg = ModelConfig.from_dir(model_dir)
     H, V, L = cfg.hidden_size, cfg.vocab_size, cfg.num_layers
-    layer_total, _ = _layer_params(cfg)
+    layer_total, _ = layer_params(cfg)
     vpad = -(-V // tp) * tp
     total = V * H + L * layer_total + H + (0 if cfg.tie_word_embeddings else V * H)
     extra_last, extra_kv = 0.0, 0
-    if role == "target" and spec.method == "medusa":
-        hcfg = layouts.medusa_config(spec.speculative.heads)
-        n, nl = hcfg.num_heads, hcfg.num_layers
-        total += n * (nl * (H * H + H) + V * H)
-        extra_last = n * (nl * (H * H + H) / tp + vpad * H / tp)
-    if role == "target" and spec.method == "eagle":
-        ecfg = layouts.eagle_config(spec.speculative.heads, cfg)
-        nets = params.eagle_tree_params(params.eagle_choices(spec))["num_eagle_layers"]
-        el = ecfg.num_layers
-        e_layer_total, _ = _layer_params(ecfg)
-        total += el * e_layer_total + 2 * H * H + H
-        extra_last = nets * (el * _per_rank_layer(ecfg, tp) + (2 * H * H + H) / tp + V * H + vpad * H / tp)
-        extra_kv = _kv_per_token(ecfg, el * nets, tp, nbytes)
-    per_layer = _per_rank_layer(cfg, tp)
+    if role == "target" and (heads := methods.get(spec.method).memory_extras(spec, cfg, tp, nbytes)) is not None:
+        total += heads.params
+        extra_last, extra_kv = heads.last_stage, heads.kv
+    per_layer = per_rank_layer(cfg, tp)
     stage_bytes, stage_kv = [], []
     for p in range(pp):
         n_layers = len(pp_layers(L, pp, p))
         w = n_layers * per_layer
-        kv = _kv_per_token(cfg, n_layers, tp, nbytes)
+        kv = kv_per_token(cfg, n_layers, tp, nbytes)
         if p == 0:
             w += V * H
         if p == pp - 1:
@@ -216,7 +214,10 @@ def memory_plan(spec: Spec, *, gpu_memory_bytes: int | None = None) -> MemoryPla
     problems: list[str] = []
     notes: list[str] = []
     u = spec.runtime.trtllm.kv_cache_free_gpu_mem_fraction or DEFAULT_FRACTION
-    draft_len = params.engine_max_draft_len(spec, _medusa_heads(spec))
+    try:
+        draft_len = methods.get(spec.method).max_draft_len(spec)
+    except (ConvertError, ModelError):  # an unreadable heads config: sizing the target names the problem
+        draft_len = spec.speculative.num_draft_tokens
     needed = spec.limits.max_batch_size * (spec.limits.max_seq_len + draft_len)
     sizes: dict[str, _Sizes] = {}
     for role in roles(spec):
@@ -281,13 +282,3 @@ def memory_plan(spec: Spec, *, gpu_memory_bytes: int | None = None) -> MemoryPla
 
 def _ceil3(x: float) -> float:
     return math.ceil(x * 1000) / 1000
-
-
-def _medusa_heads(spec: Spec) -> int | None:
-    """The heads count, or None when it cannot be read (sizing the target then names the problem)."""
-    if spec.method != "medusa" or spec.speculative.heads is None:
-        return None
-    try:
-        return layouts.medusa_num_heads(spec.speculative.heads)
-    except ModelError:
-        return None

@@ -1,6 +1,7 @@
 """The `trtllm-build` plan: the exact command line for every engine a spec needs.
 
-Flags per method (reference/tensorrt-llm.md §2.3-2.6, §6):
+Flags per method (reference/tensorrt-llm.md §2.3-2.6, §6; each method's module, trtspec/methods/, owns its
+engines and flags: `engine_roles`, `build_flags`):
 
     all           --checkpoint_dir --output_dir --gemm_plugin <dtype> --max_batch_size --max_input_len
                   --max_seq_len (input + output; the builder adds max_draft_len itself) --workers
@@ -23,7 +24,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from trtspec.convert import params
+from trtspec import methods
 from trtspec.errors import BuildError
 from trtspec.spec import Spec
 
@@ -34,8 +35,6 @@ PATH_FLAGS = ("--checkpoint_dir", "--output_dir")
 OWNED_FLAGS = ("--checkpoint_dir", "--output_dir", "--gemm_plugin", "--max_batch_size", "--max_input_len",
                "--max_seq_len", "--workers", "--speculative_decoding_mode", "--max_draft_len",
                "--use_paged_context_fmha", "--gather_generation_logits", "--model_config")
-EAGLE_MAX_BATCH = 512
-MAX_DRAFT_LEN = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +100,7 @@ class BuildPlan:
 
 
 def roles(spec: Spec) -> list[str]:
-    return ["target", "draft"] if spec.method == "draft-model" else ["target"]
+    return list(methods.get(spec.method).engine_roles(spec))
 
 
 def tp_pp(spec: Spec, role: str) -> tuple[int, int]:
@@ -118,32 +117,9 @@ def build_flags(spec: Spec, role: str, checkpoint_dir: str, output_dir: str) -> 
              "--gemm_plugin", spec.model.dtype,
              "--max_batch_size", str(lim.max_batch_size), "--max_input_len", str(lim.max_input_len),
              "--max_seq_len", str(lim.max_seq_len), "--workers", str(tp * pp)]
-    m = spec.method
-    if m == "draft-model":
-        flags += ["--use_paged_context_fmha", "enable"]
-        if role == "target":
-            flags += ["--speculative_decoding_mode", "draft_tokens_external",
-                      "--max_draft_len", str(spec.speculative.num_draft_tokens)]
-        elif spec.runtime.trtllm.use_draft_logits:
-            flags += ["--gather_generation_logits"]
-    elif m == "medusa":
-        flags += ["--speculative_decoding_mode", "medusa"]
-    elif m == "eagle":
-        if lim.max_batch_size > EAGLE_MAX_BATCH:
-            raise BuildError(f"EAGLE engines support max_batch_size <= {EAGLE_MAX_BATCH} "
-                             f"(limits.max_batch_size = {lim.max_batch_size})",
-                             hint=f"set limits.max_batch_size <= {EAGLE_MAX_BATCH}")
-        n = params.engine_max_draft_len(spec)
-        if n > MAX_DRAFT_LEN:
-            raise BuildError(f"the EAGLE tree has {n} nodes; TensorRT-LLM allows max_draft_len <= {MAX_DRAFT_LEN}",
-                             hint="prune speculative.choices")
-        flags += ["--use_paged_context_fmha", "enable", "--speculative_decoding_mode", "eagle"]
-    elif m == "lookahead":
-        n = params.lookahead_params(spec)["max_draft_len"]
-        if n > MAX_DRAFT_LEN:
-            raise BuildError(f"lookahead (W, N, G) needs max_draft_len {n} > {MAX_DRAFT_LEN}",
-                             hint="use a smaller window, ngram or verification_set")
-        flags += ["--speculative_decoding_mode", "lookahead_decoding", "--max_draft_len", str(n)]
+    method = methods.get(spec.method)
+    methods.raise_first(method.engine_problems(spec), BuildError)  # a method without engines, a rule it breaks
+    flags += method.build_flags(spec, role)
     extra = list(spec.runtime.trtllm.extra_build_args)
     clash = sorted({a.split("=", 1)[0] for a in extra if a.split("=", 1)[0] in OWNED_FLAGS})
     if clash:

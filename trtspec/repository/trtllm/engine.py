@@ -22,17 +22,19 @@ would be parsed as a value): see OMITTED_PARAMETERS.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from trtspec.builders.trtllm.memory import MemoryPlan
-from trtspec.convert import params
+from trtspec import methods
 from trtspec.errors import RepositoryError
 from trtspec.repository import pbtxt
 from trtspec.repository.trtllm import io
 from trtspec.repository.trtllm.common import (CONTAINER_MODELS, add_rows, cpu_instances, dynamic_batching, render)
 from trtspec.spec import Spec
+
+if TYPE_CHECKING:  # (the builders pass the plan in: a repository does not reach up to them)
+    from trtspec.builders.trtllm.memory import MemoryPlan
 
 FLAVOUR = "trtllm-engine"
 TEMPLATE_GROUP = "inflight_batcher_llm"
@@ -62,14 +64,12 @@ OMITTED_PARAMETERS = {
     "lookahead_verification_set_size": "method lookahead only",
 }
 
-DECODING_MODE = {"draft-model": "top_k_top_p", "medusa": "medusa", "eagle": "eagle", "lookahead": "lookahead",
-                 "none": "top_k_top_p"}
 
 
 def fast_logits(spec: Spec) -> bool:
     """Draft logits go straight from the draft to the target executor (orchestrator mode,
-    spawned processes disabled, explicit participant_ids)."""
-    return spec.method == "draft-model" and spec.runtime.trtllm.use_draft_logits
+    spawned processes disabled, explicit participant_ids): the method says (draft-model's use_draft_logits)."""
+    return methods.get(spec.method).fast_logits(spec)
 
 
 def participants(spec: Spec) -> dict[str, list[int]]:
@@ -79,22 +79,10 @@ def participants(spec: Spec) -> dict[str, list[int]]:
 
 
 def engine_max_seq_len(spec: Spec, role: str) -> int:
-    """What trtllm-build makes max_seq_len: input + output, + max_draft_len for spec-dec targets,
-    + num_eagle_layers for EAGLE (reference §2.2)."""
+    """What trtllm-build makes max_seq_len: input + output, + what the method adds to the target
+    (max_draft_len, + num_eagle_layers for EAGLE; reference §2.2)."""
     n = spec.limits.max_seq_len
-    if role == "target" and spec.method != "none":
-        n += params.engine_max_draft_len(spec, _heads_or_none(spec))
-        if spec.method == "eagle":
-            n += params.eagle_tree_params(params.eagle_choices(spec))["num_eagle_layers"]
-    return n
-
-
-def _heads_or_none(spec: Spec) -> int | None:
-    if spec.method != "medusa":
-        return None
-    from trtspec.convert import medusa_num_heads
-
-    return medusa_num_heads(spec)
+    return n + methods.get(spec.method).extra_seq_len(spec) if role == "target" else n
 
 
 def _csv(ids: list[int]) -> str:
@@ -107,9 +95,10 @@ def _bool(v: bool) -> str:
 
 def llm_parameters(spec: Spec, role: str, engine_dir: str, tokenizer_dir: str, memory: MemoryPlan) -> dict[str, Any]:
     """Every `${...}` parameter of tensorrt_llm/config.pbtxt that we set, for target or draft."""
-    dtm = spec.method == "draft-model"
+    method = methods.get(spec.method)
+    dtm = method.draft_engine(spec)
     mm = memory.model(role)
-    reuse = spec.method in ("draft-model", "eagle")  # engines built with --use_paged_context_fmha enable
+    reuse = method.paged_context_fmha  # engines built with --use_paged_context_fmha enable
     p: dict[str, Any] = {
         "max_beam_width": "1",
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
@@ -135,32 +124,24 @@ def llm_parameters(spec: Spec, role: str, engine_dir: str, tokenizer_dir: str, m
         "lora_cache_max_adapter_size": "64",
         "lora_cache_gpu_memory_fraction": "0.05",
         "lora_cache_host_memory_bytes": str(1 << 30),
-        "decoding_mode": DECODING_MODE[spec.method],
+        "decoding_mode": method.decoding_mode,
         "executor_worker_path": EXECUTOR_WORKER,
         "gpu_weights_percent": "1.0",
         "enable_context_fmha_fp32_acc": "false",
         # TensorRT-LLM's own runner turns multi-block mode off for Medusa and EAGLE (unsupported there)
-        "multi_block_mode": _bool(spec.method not in ("medusa", "eagle")),
+        "multi_block_mode": _bool(method.multi_block),
         "cuda_graph_mode": "false",
         "cuda_graph_cache_size": "0",
-        "speculative_decoding_fast_logits": _bool(fast_logits(spec)),
+        "speculative_decoding_fast_logits": _bool(method.fast_logits(spec)),
         "tokenizer_dir": tokenizer_dir,
         "guided_decoding_backend": "",
         "xgrammar_tokenizer_info_path": "",
     }
     if mm.max_tokens_in_paged_kv_cache:
         p["max_tokens_in_paged_kv_cache"] = str(mm.max_tokens_in_paged_kv_cache)
-    if fast_logits(spec):
+    if method.fast_logits(spec):
         p["participant_ids"] = _csv(participants(spec)[TARGET if role == "target" else DRAFT])
-    if role == "target":
-        if spec.method == "medusa":
-            p["medusa_choices"] = params.brace_choices(params.medusa_choices(spec, _heads_or_none(spec)))
-        elif spec.method == "eagle":
-            p["eagle_choices"] = params.brace_choices(params.eagle_choices(spec))
-        elif spec.method == "lookahead":
-            la = spec.speculative.lookahead
-            p.update(lookahead_window_size=str(la.window), lookahead_ngram_size=str(la.ngram),
-                     lookahead_verification_set_size=str(la.verification_set))
+    p.update(method.backend_parameters(spec, role))  # medusa_choices, eagle_choices, lookahead_*
     return p
 
 
@@ -201,7 +182,8 @@ def _bls(spec: Spec, decoupled: bool) -> mc.ModelConfig:
     cfg.model_transaction_policy.decoupled = decoupled
     add_rows(cfg, io.BLS_INPUTS, io.TEXT_OUTPUTS, TYPES)
     pbtxt.set_parameters(cfg, {"accumulate_tokens": "false", "tensorrt_llm_model_name": TARGET,
-                               "tensorrt_llm_draft_model_name": DRAFT if spec.method == "draft-model" else "",
+                               "tensorrt_llm_draft_model_name": DRAFT if methods.get(spec.method).draft_engine(spec)
+                               else "",
                                "multimodal_encoders_name": ""})
     cpu_instances(cfg, spec.serving.instances)
     return cfg
@@ -231,7 +213,7 @@ def render_engine_repository(spec: Spec, *, engine_dirs: dict[str, str], memory:
     if memory.problems and any("cannot size" in p for p in memory.problems):
         raise RepositoryError(f"memory plan incomplete: {memory.problems[0]}", hint="fix the checkpoint paths")
     tok = str(Path(tokenizer_dir or spec.tokenizer_dir).resolve())
-    dtm = spec.method == "draft-model"
+    dtm = methods.get(spec.method).draft_engine(spec)
     decoupled = spec.serving.streaming and not dtm
     configs: dict[str, mc.ModelConfig] = {
         PRE: _preprocessing(spec, tok, engine_dirs["target"]),
@@ -253,7 +235,7 @@ def render_engine_repository(spec: Spec, *, engine_dirs: dict[str, str], memory:
         "engines": engine_dirs, "tokenizer_dir": tok,
         "upstream_files": {"source_root": f"{CONTAINER_MODELS}/{TEMPLATE_GROUP}", "files": UPSTREAM_FILES,
                            "copy_from": upstream,
-                           "how": "python -m trtspec.repository.trtllm.upstream <repo> (run inside the Triton "
+                           "how": "trtspec repo install-upstream <repo> (run inside the Triton "
                                   "TRT-LLM container), or the cp lines in ci/Dockerfile"},
         "omitted_parameters": OMITTED_PARAMETERS,
         "fast_logits": fast_logits(spec),

@@ -1,8 +1,9 @@
-"""The server command line for a trtllm repository, to run INSIDE the Triton TRT-LLM container.
+"""The server command lines for the trtllm repositories, to run INSIDE the Triton TRT-LLM container.
 
-`launch_command` returns the same command TensorRT-LLM's `scripts/launch_triton_server.py`
-builds (reference §3.7; TensorRT-LLM `triton_backend/scripts/launch_triton_server.py`), but as a
-foreground process the caller owns (the script itself `Popen`s and returns at once):
+Each trtllm backend (trtspec.backends) picks its own: `mpirun_command` (trtllm-engine) returns the same
+command TensorRT-LLM's `scripts/launch_triton_server.py` builds (reference §3.7; TensorRT-LLM
+`triton_backend/scripts/launch_triton_server.py`), but as a foreground process the caller owns (the
+script itself `Popen`s and returns at once); `tritonserver_command` (trtllm-llmapi) is tritonserver alone:
 
     leader mode (world_size = TP x PP, one TRT-LLM model):
         mpirun --allow-run-as-root -n 1 tritonserver --model-repository=R <ports>
@@ -34,13 +35,14 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from trtspec import methods
 from trtspec.errors import RepositoryError
+from trtspec.repository.server_flags import ADMIN_KEY_ENV, bind_args, restricted_args
 from trtspec.repository.trtllm.common import CONTAINER_LAUNCH
 from trtspec.repository.trtllm.engine import DRAFT, TARGET, fast_logits
 from trtspec.spec import Spec
 
 TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
-ADMIN_KEY_ENV = "TRTSPEC_ADMIN_KEY"
 BIND_HOST_ENV = "TRTSPEC_BIND_HOST"
 ADMIN_KEY_REF = "${%s}" % ADMIN_KEY_ENV      # stands for the key in an argv; rendered by launch_shell
 HOST_REF = "${%s}" % BIND_HOST_ENV           # stands for the bind address (launch_script: 127.0.0.1 unless set)
@@ -49,18 +51,9 @@ _REFS = {ADMIN_KEY_REF: '"${%s:?set %s: the key of the restricted model-reposito
          HOST_REF: '"${%s:-127.0.0.1}"' % BIND_HOST_ENV}
 
 
-def _access_args(host: str, admin_key: str | None) -> list[str]:
-    from trtspec.serve.server import restricted_args
-
-    args = [f"--http-address={host}", f"--grpc-address={host}", f"--metrics-address={host}"]
-    return args + (restricted_args(admin_key) if admin_key else [])
-
-
-def launch_world_size(spec: Spec) -> int:
-    """MPI processes `launch_command` starts (what launch_triton_server.py calls --world_size)."""
-    if spec.runtime.kind == "trtllm-llmapi":
-        return 1
-    if spec.method == "draft-model":
+def mpirun_world_size(spec: Spec) -> int:
+    """MPI processes `mpirun_command` starts (what launch_triton_server.py calls --world_size)."""
+    if methods.get(spec.method).draft_engine(spec):
         return 1 + spec.gpu.tensor_parallel + spec.world_size if fast_logits(spec) else 1
     return spec.world_size
 
@@ -72,32 +65,45 @@ def _ports(spec: Spec, http: int | None, grpc: int | None, metrics: int | None) 
     if 0 in ports:
         raise RepositoryError("port 0 (pick a free one) must be resolved before building the launch command",
                               hint="pass http_port/grpc_port/metrics_port explicitly")
-    if spec.method == "draft-model" and spec.runtime.kind == "trtllm-engine" and ports[1] != 8001:
-        raise RepositoryError(f"draft-model serving needs gRPC on port 8001 inside the container (got {ports[1]}): "
-                              "the BLS model reads model configs from localhost:8001",
-                              hint="keep grpc 8001 in the container and publish it elsewhere (docker -p)")
     return ports
 
 
-def launch_command(spec: Spec, repo_dir: str | Path, *, tritonserver: str = TRITONSERVER,
+def _server_args(spec: Spec, repo_dir: str | Path, ports: tuple[int, int, int], host: str, admin_key: str | None,
+                 log_file: str | None) -> tuple[list[str], list[str]]:
+    """(--model-repository + ports + bind + admin-key flags, log flags): what every tritonserver process gets."""
+    http, grpc, metrics = ports
+    args = [f"--model-repository={Path(repo_dir).resolve()}", f"--grpc-port={grpc}", f"--http-port={http}",
+            f"--metrics-port={metrics}", *bind_args(host), *(restricted_args(admin_key) if admin_key else [])]
+    return args, (["--log-verbose=3", f"--log-file={log_file}"] if log_file else [])
+
+
+def tritonserver_command(spec: Spec, repo_dir: str | Path, *, tritonserver: str = TRITONSERVER,
+                         http_port: int | None = None, grpc_port: int | None = None, metrics_port: int | None = None,
+                         log_file: str | None = None, host: str = "127.0.0.1",
+                         admin_key: str | None = ADMIN_KEY_REF) -> list[str]:
+    """argv of one tritonserver process serving `repo_dir` (the LLM API starts its own workers), bound to
+    `host`, its model-repository API restricted to `admin_key` (default: ADMIN_KEY_REF, for
+    `launch_shell`; a real key to run the argv directly; None: open)."""
+    args, log_args = _server_args(spec, repo_dir, _ports(spec, http_port, grpc_port, metrics_port), host,
+                                  admin_key, log_file)
+    return [tritonserver, *args, *log_args]
+
+
+def mpirun_command(spec: Spec, repo_dir: str | Path, *, tritonserver: str = TRITONSERVER,
                    http_port: int | None = None, grpc_port: int | None = None, metrics_port: int | None = None,
                    log_file: str | None = None, host: str = "127.0.0.1",
                    admin_key: str | None = ADMIN_KEY_REF) -> list[str]:
-    """argv that serves `repo_dir` (model_repository/<name>) for a trtllm runtime spec, bound to
-    `host`, its model-repository API restricted to `admin_key` (default: ADMIN_KEY_REF, for
-    `launch_shell`; a real key to run the argv directly; None: open)."""
-    if spec.runtime.kind not in ("trtllm-engine", "trtllm-llmapi"):
-        raise RepositoryError(f"launch_command is for the trtllm runtimes, not {spec.runtime.kind!r}")
-    http, grpc, metrics = _ports(spec, http_port, grpc_port, metrics_port)
-    repo = str(Path(repo_dir).resolve())
-    port_args = [f"--grpc-port={grpc}", f"--http-port={http}", f"--metrics-port={metrics}",
-                 *_access_args(host, admin_key)]
-    log_args = ["--log-verbose=3", f"--log-file={log_file}"] if log_file else []
-    if spec.runtime.kind == "trtllm-llmapi":
-        return [tritonserver, f"--model-repository={repo}", *port_args, *log_args]
-    dtm = spec.method == "draft-model"
+    """argv that serves the engine repository `repo_dir` under mpirun, one tritonserver per rank (see the
+    module docstring); `host` and `admin_key` as in `tritonserver_command`."""
+    ports = _ports(spec, http_port, grpc_port, metrics_port)
+    if methods.get(spec.method).draft_engine(spec) and ports[1] != 8001:
+        raise RepositoryError(f"draft-model serving needs gRPC on port 8001 inside the container (got {ports[1]}): "
+                              "the BLS model reads model configs from localhost:8001",
+                              hint="keep grpc 8001 in the container and publish it elsewhere (docker -p)")
+    args, log_args = _server_args(spec, repo_dir, ports, host, admin_key, log_file)
+    dtm = methods.get(spec.method).draft_engine(spec)
     spawn = dtm and not fast_logits(spec)
-    world = launch_world_size(spec)
+    world = mpirun_world_size(spec)
     trtllm_models = [TARGET, DRAFT] if dtm else [TARGET]
     cmd: list[str] = []
     if dtm:
@@ -106,7 +112,7 @@ def launch_command(spec: Spec, repo_dir: str | Path, *, tritonserver: str = TRIT
     for rank in range(world):
         if rank:
             cmd.append(":")
-        cmd += ["-n", "1", tritonserver, f"--model-repository={repo}", *port_args]
+        cmd += ["-n", "1", tritonserver, *args]
         if rank == 0:
             cmd += log_args
         else:
@@ -161,13 +167,12 @@ exec {launch_shell(cmd)}
 
 
 def launch_script_command(spec: Spec, repo_dir: str | Path) -> list[str]:
-    """The equivalent call of the container's launch_triton_server.py (returns at once; for docs/CMD)."""
-    if spec.runtime.kind != "trtllm-engine":
-        raise RepositoryError("launch_triton_server.py is for the trtllm-engine runtime")
-    cmd = ["python3", CONTAINER_LAUNCH, f"--model_repo={Path(repo_dir)}", f"--world_size={launch_world_size(spec)}",
+    """The equivalent call of the container's launch_triton_server.py for an engine repository (returns at
+    once; for docs/CMD)."""
+    cmd = ["python3", CONTAINER_LAUNCH, f"--model_repo={Path(repo_dir)}", f"--world_size={mpirun_world_size(spec)}",
            f"--http_port={spec.serving.http_port}", f"--grpc_port={spec.serving.grpc_port}",
            f"--metrics_port={spec.serving.metrics_port}"]
-    if spec.method == "draft-model":
+    if methods.get(spec.method).draft_engine(spec):
         cmd += ["--multi-model", f"--tensorrt_llm_model_name={TARGET},{DRAFT}"]
         if fast_logits(spec):
             cmd.append("--disable-spawn-processes")

@@ -2,13 +2,13 @@
 holds the `LLM(...)` arguments, `speculative_config` included, and `triton_config`
 (reference/tensorrt-llm.md §4.3). No engine is built: the PyTorch backend loads HF checkpoints.
 
-    method        speculative_config
+    method        speculative_config (each method's module says: `llmapi_options`, trtspec/methods/)
     draft-model   decoding_type: Draft_Target, max_draft_len: K, speculative_model: <draft dir>
     eagle         decoding_type: Eagle3, max_draft_len: K, speculative_model: <heads dir>  (EAGLE-3 heads only)
     none          (none)
     medusa        refused: the PyTorch backend does not support Medusa (TensorRT engine path only)
     lookahead     decoding_type: NGram (prompt-lookup n-gram drafting, the PyTorch backend's training-free
-                  drafter; LookaheadDecodingConfig itself is TensorRT-engine only), see ngram_config
+                  drafter; LookaheadDecodingConfig itself is TensorRT-engine only), see lookahead.ngram_config
 
 `1/model.py` and `1/helpers.py` come from the container (/app/all_models/llmapi/tensorrt_llm/1/).
 """
@@ -21,8 +21,7 @@ from typing import Any
 import yaml
 from tritonclient.grpc import model_config_pb2 as mc
 
-from trtspec.artifacts import heads as layouts
-from trtspec.errors import RepositoryError
+from trtspec import methods
 from trtspec.repository.trtllm import io
 from trtspec.repository.trtllm.common import CONTAINER_MODELS, add_rows, cpu_instances, render
 from trtspec.spec import Spec
@@ -30,45 +29,12 @@ from trtspec.spec import Spec
 FLAVOUR = "trtllm-llmapi"
 MODEL = "tensorrt_llm"
 UPSTREAM_FILES = {MODEL: ["1/model.py", "1/helpers.py"]}
-REFUSED = {
-    "medusa": "the TensorRT-LLM LLM API (PyTorch backend) does not support Medusa: MedusaDecodingConfig "
-              "supports the TensorRT engine backend only",
-}
-
-
-def eagle_version(heads_dir: Path) -> int:
-    """3 for an EAGLE-3 head, 1 for an EAGLE-1/2 head (artifacts.heads.eagle_version)."""
-    return layouts.eagle_version(heads_dir, RepositoryError)
 
 
 def speculative_config(spec: Spec) -> dict[str, Any] | None:
-    s = spec.speculative
-    if spec.method in REFUSED:
-        raise RepositoryError(f"method {spec.method!r} cannot be served by runtime 'trtllm-llmapi': "
-                              f"{REFUSED[spec.method]}", hint="use runtime.kind = \"trtllm-engine\"")
-    if spec.method == "draft-model":
-        return {"decoding_type": "Draft_Target", "max_draft_len": s.num_draft_tokens,
-                "speculative_model": str(Path(s.draft).resolve())}
-    if spec.method == "lookahead":
-        return ngram_config(spec)
-    if spec.method == "eagle":
-        if eagle_version(Path(s.heads)) != 3:
-            raise RepositoryError(
-                f"{s.heads} is an EAGLE-1/2 head; the LLM API's PyTorch backend runs EAGLE-3 only "
-                "(\"EAGLE (v1/v2) draft checkpoints are incompatible\")",
-                hint="use runtime.kind = \"trtllm-engine\" for EAGLE-1 heads, or an EAGLE-3 head here")
-        return {"decoding_type": "Eagle3", "max_draft_len": s.num_draft_tokens,
-                "speculative_model": str(Path(s.heads).resolve())}
-    return None
-
-
-def ngram_config(spec: Spec) -> dict[str, Any]:
-    """The LLM API's n-gram (prompt lookup) drafter for a lookahead-like spec: K draft tokens,
-    matching (N - 1)-grams. Method `lookahead` maps to it under the LLM API."""
-    la = spec.speculative.lookahead
-    return {"decoding_type": "NGram", "max_draft_len": spec.speculative.num_draft_tokens,
-            "max_matching_ngram_size": max(la.ngram - 1, 1), "is_keep_all": True, "is_use_oldest": True,
-            "is_public_pool": True}
+    """The method's speculative_config (None: plain decoding); a method the LLM API cannot serve is a
+    RepositoryError saying why."""
+    return methods.get(spec.method).llmapi_options(spec).get("speculative_config")
 
 
 def model_yaml(spec: Spec) -> dict[str, Any]:
@@ -85,12 +51,7 @@ def model_yaml(spec: Spec) -> dict[str, Any]:
         "max_seq_len": lim.max_seq_len,
         "kv_cache_config": {"free_gpu_memory_fraction": spec.runtime.trtllm.kv_cache_free_gpu_mem_fraction or 0.9},
     }
-    sc = speculative_config(spec)
-    if sc is not None:
-        data["speculative_config"] = sc
-        if sc["decoding_type"] == "Draft_Target":
-            # "Two-model based speculation implementations do not support overlap scheduler."
-            data["disable_overlap_scheduler"] = True
+    data.update(methods.get(spec.method).llmapi_options(spec))  # speculative_config, ...
     # Batching happens inside the LLM; the python model itself takes one request at a time
     # (upstream default, "The current implementation does not support batching").
     data["triton_config"] = {"max_batch_size": 0, "decoupled": spec.serving.streaming}
@@ -110,7 +71,7 @@ def render_llmapi_repository(spec: Spec) -> dict[str, str]:
         "upstream_files": {"source_root": f"{CONTAINER_MODELS}/llmapi", "files": UPSTREAM_FILES,
                            "copy_from": {MODEL: [f"{CONTAINER_MODELS}/llmapi/{MODEL}/{f}"
                                                  for f in UPSTREAM_FILES[MODEL]]},
-                           "how": "python -m trtspec.repository.trtllm.upstream <repo> (inside the container)"},
+                           "how": "trtspec repo install-upstream <repo> (inside the container)"},
         "trtllm_version": spec.runtime.trtllm.version,
     }
     return render({MODEL: cfg}, {f"{MODEL}/1/model.yaml": text}, manifest)

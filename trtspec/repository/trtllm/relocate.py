@@ -1,7 +1,7 @@
 """Point an emitted trtllm repository at engines/tokenizer/checkpoints in another place (a
 serving image, another machine), editing the configs through the protobuf, never by text:
 
-    python -m trtspec.repository.trtllm.relocate model_repository/<name> \
+    trtspec repo relocate model_repository/<name> \
         --engines /engines/<name> --tokenizer /models/<name>/tokenizer [--checkpoints-from A --checkpoints-to B]
 
 `--engines DIR` expects DIR/target (and DIR/draft for draft-model), the layout of engines/<name>/.
@@ -10,8 +10,6 @@ For llmapi repositories, `--checkpoints-from/--checkpoints-to` rewrite the path 
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 import yaml
@@ -46,7 +44,7 @@ def relocate_repository(repo_dir: Path, *, engines: str | None = None, tokenizer
             path.write_text(pbtxt.to_text(cfg), encoding="utf-8")
             changed.append(str(path))
     yml = repo_dir / "tensorrt_llm" / "1" / "model.yaml"
-    if manifest.get("flavour") == "trtllm-llmapi" and yml.is_file() and (checkpoints or tokenizer):
+    if yml.is_file() and (checkpoints or tokenizer):  # (an llmapi repository: engine ones have no model.yaml)
         text = yml.read_text(encoding="utf-8")
         header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
         data = yaml.safe_load(text)
@@ -70,25 +68,3 @@ def relocate_repository(repo_dir: Path, *, engines: str | None = None, tokenizer
     write_json(repo_dir / MANIFEST, manifest)
     return changed
 
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m trtspec.repository.trtllm.relocate", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("repo", type=Path)
-    ap.add_argument("--engines")
-    ap.add_argument("--tokenizer")
-    ap.add_argument("--checkpoints-from")
-    ap.add_argument("--checkpoints-to")
-    a = ap.parse_args(argv)
-    ck = (a.checkpoints_from, a.checkpoints_to) if a.checkpoints_from and a.checkpoints_to else None
-    try:
-        for f in relocate_repository(a.repo, engines=a.engines, tokenizer=a.tokenizer, checkpoints=ck):
-            print(f"updated {f}")
-    except RepositoryError as exc:
-        print(f"error: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
-        return 4
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -4,16 +4,14 @@ trtspec does not copy or vendor NVIDIA's code: the Triton TensorRT-LLM container
 /app/all_models/{inflight_batcher_llm,llmapi}/<model>/1/. Each emitted repository lists in
 `trtspec.repo.json` which files it needs; this module copies them, from inside the container:
 
-    python -m trtspec.repository.trtllm.upstream model_repository/<name> [--from /app/all_models]
+    trtspec repo install-upstream model_repository/<name> [--from /app/all_models]
 
 (`ci/Dockerfile` does the same with plain `cp`; the serving step calls `install_upstream_files`.)
 """
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import sys
 from pathlib import Path
 
 from trtspec.errors import RepositoryError
@@ -57,22 +55,3 @@ def install_upstream_files(repo_dir: Path, source_root: str | Path = CONTAINER_M
         written.append(dst)
     return written
 
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m trtspec.repository.trtllm.upstream", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("repo", type=Path)
-    ap.add_argument("--from", dest="source", default=CONTAINER_MODELS)
-    ap.add_argument("--overwrite", action="store_true")
-    args = ap.parse_args(argv)
-    try:
-        for path in install_upstream_files(args.repo, args.source, args.overwrite):
-            print(f"copied {path}")
-    except RepositoryError as exc:
-        print(f"error: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
-        return 4
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,7 +1,10 @@
 """The state file `trtspec serve` writes for a background server: `.trtspec/serve-<name>.json`
 (pid, its start time and command line, ports, urls, log path, shm prefix, the admin key), read by
 `serve --stop`, `generate` (default URL) and `deploy` (admin key). It holds a secret: it is written
-0600, atomically (a temp file renamed over it), in a directory made 0700."""
+0600, atomically (a temp file renamed over it), in a directory made 0700.
+
+It sits below both the server (trtspec.serve, which writes it) and its clients (trtspec.client, which read
+the endpoints from it), so a client never imports the server package."""
 
 from __future__ import annotations
 

@@ -1,0 +1,68 @@
+"""Runtime `trtllm-engine`: HF -> TensorRT-LLM checkpoints (trtspec.convert), `trtllm-build` per engine
+(builders/trtllm_build.py, out of process), the tensorrtllm-backend `inflight_batcher_llm` repository
+(repository/trtllm/engine.py), served by the TRT-LLM container's tritonserver under mpirun."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trtspec.backends.trtllm import TrtllmBackend
+from trtspec.errors import BuildError
+from trtspec.spec import Problem, Spec
+
+
+class TrtllmEngineBackend(TrtllmBackend):
+    name = "trtllm-engine"
+
+    def method_problems(self, spec: Spec) -> list[Problem]:
+        from trtspec import methods
+
+        return methods.get(spec.method).engine_problems(spec)
+
+    def check(self, spec: Spec, report: Any, *, models: bool, engines: Path | None,
+              server_version: str | None) -> None:
+        """The memory plan, then built engines against the serving container's TensorRT-LLM version."""
+        super().check(spec, report, models=models, engines=engines, server_version=server_version)
+        engine_dir = Path(engines) / spec.name if engines is not None else None
+        if engine_dir is not None and engine_dir.is_dir():
+            from trtspec.builders.trtllm.cache import check_engine_compat
+
+            version = server_version or spec.runtime.trtllm.version
+            report.notes.append(f"engines {engine_dir} checked against TensorRT-LLM {version} on the server")
+            report.add(BuildError, [f"engines: {p}" for p in check_engine_compat(engine_dir, version)])
+
+    def build(self, spec, options):
+        from trtspec.builders import trtllm_build
+
+        return trtllm_build.build(spec, options, runtime=self.name)
+
+    def emit_repository(self, spec: Spec, repo_dir: Path, engine_dir: Path) -> Path:
+        from trtspec.builders.trtllm.memory import memory_plan
+        from trtspec.builders.trtllm.plan import make_plan
+        from trtspec.repository.trtllm.engine import render_engine_repository
+
+        plan = make_plan(spec, engines_root=Path(engine_dir).parent)
+        files = render_engine_repository(spec, engine_dirs={s.role: s.output_dir for s in plan.steps},
+                                         memory=memory_plan(spec))
+        return self.emit_files(spec, files, repo_dir)
+
+    def bundle_payload(self, spec, out, manifest, repo_dst, img, engines_root):
+        from trtspec.backends.bundle import engine_payload
+
+        return engine_payload(spec, out, manifest, repo_dst, img, engines_root)
+
+    def launch_command(self, spec: Spec, repo_dir: str | Path, **kwargs: Any) -> list[str]:
+        from trtspec.repository.trtllm.launch import mpirun_command
+
+        return mpirun_command(spec, repo_dir, **kwargs)
+
+    def launch_world_size(self, spec: Spec) -> int:
+        from trtspec.repository.trtllm.launch import mpirun_world_size
+
+        return mpirun_world_size(spec)
+
+    def launch_script_command(self, spec: Spec, repo_dir: str | Path) -> list[str]:
+        from trtspec.repository.trtllm.launch import launch_script_command
+
+        return launch_script_command(spec, repo_dir)

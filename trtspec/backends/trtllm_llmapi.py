@@ -1,0 +1,40 @@
+"""Runtime `trtllm-llmapi`: no engine build; a Triton `llmapi` model whose model.yaml carries the LLM API's
+speculative_config (builders/llmapi_build.py, repository/trtllm/llmapi.py), loading the HF checkpoints
+itself; served by the TRT-LLM container's tritonserver alone (the LLM API starts its own workers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trtspec.backends.trtllm import TrtllmBackend
+from trtspec.spec import Problem, Spec
+
+
+class TrtllmLlmapiBackend(TrtllmBackend):
+    name = "trtllm-llmapi"
+
+    def method_problems(self, spec: Spec) -> list[Problem]:
+        from trtspec import methods
+
+        return methods.get(spec.method).llmapi_problems(spec)
+
+    def build(self, spec, options):
+        from trtspec.builders import llmapi_build
+
+        return llmapi_build.build(spec, options, runtime=self.name)
+
+    def emit_repository(self, spec: Spec, repo_dir: Path, engine_dir: Path) -> Path:
+        from trtspec.repository.trtllm.llmapi import render_llmapi_repository
+
+        return self.emit_files(spec, render_llmapi_repository(spec), repo_dir)
+
+    def bundle_payload(self, spec, out, manifest, repo_dst, img, engines_root):
+        from trtspec.backends.bundle import checkpoint_payload
+
+        return checkpoint_payload(spec, out, manifest, repo_dst, img, engines_root)
+
+    def launch_command(self, spec: Spec, repo_dir: str | Path, **kwargs: Any) -> list[str]:
+        from trtspec.repository.trtllm.launch import tritonserver_command
+
+        return tritonserver_command(spec, repo_dir, **kwargs)

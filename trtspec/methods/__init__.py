@@ -1,0 +1,63 @@
+"""Speculative methods as plug-ins: one module per method owns everything trtspec knows about it (its spec
+rules, pair rules, torch proposer, trtllm-build flags, tensorrtllm backend parameters, converter layout,
+LLM-API speculative_config; the interface is trtspec/methods/base.py), and everything else asks this registry:
+
+    methods.get(spec.method).proposer(spec, device)      methods.names()      methods.register(MyMethod())
+
+| method      | weights           | torch proposer                   | TensorRT-LLM        | LLM API      |
+|-------------|-------------------|----------------------------------|---------------------|--------------|
+| draft-model | speculative.draft | a small LM's sampled chain       | 2 engines, the BLS  | Draft_Target |
+| medusa      | speculative.heads | top-i of heads on the last state | medusa              | refused      |
+| eagle       | speculative.heads | a one-layer feature-level head   | eagle (no PP)       | Eagle3 only  |
+| lookahead   | -                 | prompt-lookup n-grams, a trie    | lookahead_decoding  | NGram        |
+| none        | -                 | nothing (plain decoding)         | a plain engine      | plain        |
+
+(modules draft_model.py, medusa.py, eagle.py, lookahead.py, none.py). Adding a method = one module here (a
+Method subclass) and its line below; a plug-in registered at run time (`register`) is accepted by the spec,
+checked, and run by the torch runtime; the TensorRT-LLM runtimes refuse a method that declares no engine or
+LLM-API mapping.
+"""
+
+from __future__ import annotations
+
+from trtspec.errors import SpecError
+from trtspec.methods.base import Method, raise_first
+
+_METHODS: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    """Add a method (its `name` must be new); returns it."""
+    if not method.name or method.name in _METHODS:
+        raise ValueError(f"method name {method.name!r} is empty or taken")
+    _METHODS[method.name] = method
+    return method
+
+
+def unregister(name: str) -> None:
+    """Remove a method registered at run time (tests' plug-ins)."""
+    _METHODS.pop(name, None)
+
+
+def get(name: str) -> Method:
+    try:
+        return _METHODS[name]
+    except KeyError:
+        raise SpecError(f"unknown speculative method {name!r}", hint=f"use one of {', '.join(names())}") from None
+
+
+def names() -> tuple[str, ...]:
+    """Every registered method's name, the built-in ones first in the spec's order."""
+    return tuple(_METHODS)
+
+
+def registered() -> tuple[Method, ...]:
+    return tuple(_METHODS.values())
+
+
+from trtspec.methods import draft_model, eagle, lookahead, medusa, none  # noqa: E402
+
+for _m in (draft_model.DraftModel(), medusa.Medusa(), eagle.Eagle(), lookahead.Lookahead(), none.Plain()):
+    register(_m)
+
+__all__ = ["Method", "get", "names", "raise_first", "register", "registered", "unregister"]

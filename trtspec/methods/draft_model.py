@@ -1,0 +1,197 @@
+"""draft-model: an independent small LM (same tokenizer) proposes a chain sampled from its processed distribution q.
+
+    torch          DraftModelProposer: the draft's own KV cache, rolled back to what the target accepted
+    trtllm-build   target: --use_paged_context_fmha enable --speculative_decoding_mode draft_tokens_external
+                           --max_draft_len K;  draft: --use_paged_context_fmha enable [--gather_generation_logits
+                           iff runtime.trtllm.use_draft_logits]
+    repository     two tensorrtllm models (tensorrt_llm, tensorrt_llm_draft); the BLS drives speculation
+                   (orchestrator mode); fast logits with use_draft_logits
+    LLM API        speculative_config: Draft_Target, K, the draft dir (no overlap scheduler)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trtspec.methods.base import DRAFT, TARGET, Method
+from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, ProposalBatch, Proposer, chain
+from trtspec.spec import Problem, Spec
+
+if TYPE_CHECKING:
+    import torch
+
+    from trtspec.artifacts.hf import ModelConfig
+    from trtspec.runtime.llama import Llama
+
+NAME = "draft-model"
+
+
+class DraftModelProposer(Proposer):
+    """A small LM with its own KV cache, kept in sync with what the target accepted.
+
+    The draft cache holds a prefix of the row's sequence; each propose first feeds what it has not seen
+    (the pending token, plus the last accepted draft when all were accepted) and then samples K tokens, feeding
+    each of the first K-1 back. Afterwards its length is set to the part of what it fed that was accepted.
+    """
+
+    name = NAME
+
+    def __init__(self, path: str | Path, dtype: str = "float32", device: str = "cpu",
+                 weight_dtype: torch.dtype | None = None):
+        self.path, self.dtype, self.device, self.weight_dtype = Path(path), dtype, device, weight_dtype
+
+    def setup(self, target: Llama, max_batch: int, max_seq: int, k: int) -> DraftPlan:
+        from trtspec.artifacts.hf import ModelConfig
+        from trtspec.runtime.llama import Llama, draft_dtype
+
+        wdt = self.weight_dtype or draft_dtype(self.dtype, self.device, 4 * ModelConfig.from_dir(self.path).num_params)
+        self.model = Llama.from_dir(self.path, dtype=self.dtype, device=self.device, max_seq=max_seq, name="draft",
+                                    weight_dtype=wdt)
+        self.cache = self.model.new_cache(max_batch, max_seq)
+        self.vocab = target.cfg.vocab_size
+        self._fed: list[tuple[int, int]] = []
+        return DraftPlan.chain(k)
+
+    def admit(self, row: int, hidden: torch.Tensor) -> None:
+        self.cache.lengths[row] = 0
+
+    def move_row(self, src: int, dst: int) -> None:
+        self.cache.move_row(src, dst)
+
+    def _logits(self, lg: torch.Tensor) -> torch.Tensor:
+        """The draft's logits over the target's vocabulary (a larger draft vocab is cut, a smaller one padded)."""
+        import torch.nn.functional as F
+
+        V = lg.shape[-1]
+        if V > self.vocab:
+            return lg[..., : self.vocab]
+        if V < self.vocab:
+            return F.pad(lg, (0, self.vocab - V), value=float("-inf"))
+        return lg
+
+    def propose(self, batch: ProposalBatch) -> list[Draft]:
+        import torch
+
+        from trtspec.runtime.cache import chain_inputs
+        from trtspec.runtime.sampling import processed_probs, sample
+
+        ks, seqs, params = batch.ks, batch.seqs, batch.params
+        K, B = max(ks), len(batch)
+        if K == 0:
+            self._fed = []
+            return [EMPTY] * B
+        lengths = self.cache.lengths[:B]
+        feeds = [s[n:] for s, n in zip(seqs, lengths)]
+        T = max(len(f) for f in feeds)
+        tokens = torch.tensor([f + [0] * (T - len(f)) for f in feeds], device=self.device)
+        inp = chain_inputs(lengths, T, self.device)
+        last = torch.tensor([[len(f) - 1] for f in feeds], device=self.device)
+        lg, _ = self.model.forward(self.cache, inp.positions, inp.start, inp.mask, tokens=tokens, logits_at=last)
+        greedy = all(sp.greedy for sp in params)
+        # each sampling row draws exactly its own k uniforms: its random stream does not depend on the batch
+        u = None if greedy else torch.tensor([(draw(k) if not sp.greedy else [0.0] * k) + [0.0] * (K - k)
+                                              for draw, sp, k in zip(batch.draws, params, ks)])
+        n = [len(s) for s in seqs]
+        drafted, qs = [], []
+        for i in range(K):
+            lg = self._logits(lg[:, -1])
+            if greedy:
+                x = lg.argmax(-1)
+            else:
+                q = torch.stack([processed_probs(lg[b], sp) for b, sp in enumerate(params)])
+                x = sample(q, u[:, i])
+                qs.append(q)
+            drafted.append(x)
+            if i < K - 1:
+                inp = chain_inputs([m + i for m in n], 1, self.device)
+                lg, _ = self.model.forward(self.cache, inp.positions, inp.start, inp.mask, tokens=x[:, None])
+        self._fed = [(m, m + K - 1) for m in n]  # (sequence length before the step, what the cache holds)
+        toks = torch.stack(drafted, 1).tolist()
+        q_all = torch.stack(qs, 1) if qs else None
+        return [Draft(toks[b][:k], chain(k), None if q_all is None or params[b].greedy else q_all[b, :k])
+                if k else EMPTY for b, k in enumerate(ks)]
+
+    def commit(self, paths: list[list[int]], hidden: torch.Tensor) -> None:
+        fed, self._fed = self._fed, []  # this step's only: after a move_row it would describe another request
+        for b, ((before, n), path) in enumerate(zip(fed, paths)):
+            # keep what was fed up to the first fed token that is not in the sequence: before + accepted drafts
+            self.cache.lengths[b] = min(n, before + len(path))
+
+
+class DraftModel(Method):
+    name = NAME
+    title = "draft-model"
+    weights = "draft"
+    trtllm_engine = True
+    speculative_decoding_mode = "draft_tokens_external"
+    draft_len_flag = True
+    paged_context_fmha = True
+    llmapi_refusal = None
+
+    def drafter(self, spec: Spec) -> dict[str, Any] | None:
+        from trtspec.artifacts.hf import ModelConfig, summary
+
+        return None if spec.speculative.draft is None else summary(ModelConfig.from_dir(spec.speculative.draft).raw)
+
+    def pair_problems(self, spec: Spec, target: ModelConfig) -> list[Problem]:
+        """Same vocabulary and tokenizer as the target, positions for the longest sequence."""
+        from trtspec.artifacts import tokenizer
+        from trtspec.artifacts.hf import ModelConfig
+
+        draft = spec.speculative.draft
+        if draft is None:
+            return []
+        dcfg, p = ModelConfig.from_dir(draft), []
+        if dcfg.vocab_size != target.vocab_size:
+            p.append(Problem("speculative.draft", str(draft),
+                             f"vocab_size {dcfg.vocab_size} differs from the target's {target.vocab_size}",
+                             "use a draft trained with the target's tokenizer"))
+        d_fp, t_fp = tokenizer.fingerprint(draft), tokenizer.fingerprint(spec.tokenizer_dir)
+        if d_fp is not None and t_fp is not None and d_fp != t_fp:
+            p.append(Problem("speculative.draft", str(draft), "its tokenizer differs from the target's",
+                             "draft and target must share one tokenizer (same vocab and merges)"))
+        need = spec.limits.max_seq_len + spec.speculative.num_draft_tokens
+        if need > dcfg.max_position_embeddings:
+            p.append(Problem("speculative.draft", str(draft),
+                             f"draft max_position_embeddings ({dcfg.max_position_embeddings}) < the sequence "
+                             f"length needed ({need})", "lower the limits or use a draft with longer positions"))
+        return p
+
+    def weight_problems(self, spec: Spec, target: ModelConfig) -> list[Problem]:
+        from trtspec.artifacts.hf import CONFIG, ModelConfig
+        from trtspec.artifacts.pair import llama_weight_problems
+
+        draft = spec.speculative.draft
+        if draft is None or not (Path(draft) / CONFIG).is_file():
+            return []
+        return llama_weight_problems("speculative.draft", Path(draft), ModelConfig.from_dir(draft))
+
+    def proposer(self, spec: Spec, device: str) -> Proposer:
+        return DraftModelProposer(spec.speculative.draft, dtype=spec.model.dtype, device=device)
+
+    def engine_roles(self, spec: Spec) -> tuple[str, ...]:
+        return (TARGET, DRAFT)
+
+    def max_draft_len(self, spec: Spec) -> int:
+        return spec.speculative.num_draft_tokens
+
+    def build_flags(self, spec: Spec, role: str) -> list[str]:
+        gather = role == DRAFT and spec.runtime.trtllm.use_draft_logits
+        return super().build_flags(spec, role) + (["--gather_generation_logits"] if gather else [])
+
+    def fast_logits(self, spec: Spec) -> bool:
+        return spec.runtime.trtllm.use_draft_logits
+
+    def convert_jobs(self, spec: Spec, out: Path, tp: int, pp: int) -> list:
+        from trtspec.convert.checkpoint import LLAMA, ConvertJob
+
+        draft = ConvertJob(DRAFT, LLAMA, Path(spec.speculative.draft), None, out / DRAFT, tp, 1, spec.model.dtype)
+        return super().convert_jobs(spec, out, tp, pp) + [draft]  # the draft: the target's TP, no PP
+
+    def llmapi_options(self, spec: Spec) -> dict[str, Any]:
+        s = spec.speculative
+        return {"speculative_config": {"decoding_type": "Draft_Target", "max_draft_len": s.num_draft_tokens,
+                                       "speculative_model": str(Path(s.draft).resolve())},
+                # "Two-model based speculation implementations do not support overlap scheduler."
+                "disable_overlap_scheduler": True}

@@ -1,0 +1,307 @@
+"""eagle: a one-layer feature-level head (EAGLE-1) run autoregressively proposes a chain, or the tree in `choices`.
+
+    weights        speculative.heads: a one-layer Llama config + model.safetensors (fc + the layer;
+                   artifacts/heads.py); EAGLE-3 heads are recognised and served by the LLM API only
+    torch          EagleProposer (deterministic candidates: verified as point masses)
+    checkpoint     EagleForCausalLM: the target + one EAGLE net per tree level (num_eagle_layers = the depth);
+                   no pipeline parallelism (TensorRT-LLM asserts pp_size == 1)
+    trtllm-build   --use_paged_context_fmha enable --speculative_decoding_mode eagle (max_batch_size <= 512);
+                   max_seq_len grows by max_draft_len + num_eagle_layers
+    repository     decoding_mode eagle, eagle_choices, multi-block mode off, KV-cache reuse
+    LLM API        speculative_config Eagle3 (EAGLE-1/2 heads refused: the PyTorch backend runs EAGLE-3 only)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trtspec.artifacts import heads as layouts
+from trtspec.artifacts.fs import read_json_object
+from trtspec.artifacts.hf import CONFIG, summary
+from trtspec.convert import params
+from trtspec.errors import BuildError, ConvertError, RepositoryError
+from trtspec.methods.base import TARGET, Method, raise_first
+from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, HeadProposer, ProposalBatch, Proposer, chain
+from trtspec.spec import Problem, Spec
+
+if TYPE_CHECKING:
+    import torch
+
+    from trtspec.artifacts.hf import ModelConfig
+    from trtspec.builders.trtllm.memory import HeadSizes
+    from trtspec.convert.checkpoint import ConvertJob
+    from trtspec.runtime.cache import StepInputs
+    from trtspec.runtime.llama import Llama
+
+NAME = "eagle"
+MAX_BATCH = 512  # TensorRT-LLM's EAGLE engines
+
+
+class EagleProposer(HeadProposer):
+    """EAGLE: at position t, x_t = fc([embed(token_{t+1}), f_t]) runs through one decoder layer (no input norm,
+    causal, RoPE) to f^_{t+1}; target.lm_head(f^_{t+1}) predicts token_{t+2}. f_t are the target's final hidden
+    states while they are known, then the head's own outputs. The head's cache holds only entries built from
+    the target's real features; entries fed during drafting are dropped (the length never covers them).
+    Candidates are the head's top-i (deterministic: verified as point masses). State per row: the head's KV
+    cache and the target features not yet fed to it."""
+
+    name = NAME
+
+    def setup(self, target: Llama, max_batch: int, max_seq: int, k: int) -> DraftPlan:
+        from trtspec.runtime.llama import Linear, Llama, draft_dtype
+
+        t = target.cfg
+        cfg, w = layouts.load_eagle(self.path, t)  # fits the target; tensors without a "model." prefix
+        layer = dataclasses.replace(cfg, num_layers=1, tie_word_embeddings=True).num_params - t.vocab_size * t.hidden_size
+        head = 2 * t.hidden_size * t.hidden_size + t.vocab_size * t.hidden_size  # fc + the LM head copy
+        dt, wdt = target.dtype, self.weight_dtype or draft_dtype(target.dtype, self.device, 4 * (layer + head))
+        self.fc = Linear(w["fc.weight"].to(device=self.device, dtype=dt),
+                         w["fc.bias"].to(device=self.device, dtype=dt) if "fc.bias" in w else None, dtype=wdt)
+        cfg = dataclasses.replace(cfg, num_layers=1, rope_theta=t.rope_theta, rope_scaling=t.rope_scaling,
+                                  max_position_embeddings=t.max_position_embeddings)
+        self.net = Llama(cfg, w, dtype=dt, device=self.device, max_seq=max_seq, name=NAME, prefix="",
+                         input_norm=False, final_norm=False, embed=target.embed, lm_head=target.lm_head,
+                         weight_dtype=wdt)
+        self.net.use_onednn_single_row(True)  # runs between target passes: its weights come from memory
+        self.fc.min_rows = 1
+        self.cache = self.net.new_cache(max_batch, max_seq)
+        self.pending: list[list[torch.Tensor]] = [[] for _ in range(max_batch)]
+        return self.plan(k)
+
+    def admit(self, row: int, hidden: torch.Tensor) -> None:
+        self.cache.lengths[row] = 0
+        self.pending[row] = [hidden]
+
+    def move_row(self, src: int, dst: int) -> None:
+        self.cache.move_row(src, dst)
+        self.pending[dst], self.pending[src] = self.pending[src], []
+
+    def commit(self, paths: list[list[int]], hidden: torch.Tensor) -> None:
+        for b, path in enumerate(paths):
+            self.pending[b].append(hidden[b, [0] + [j + 1 for j in path]])
+
+    def _run(self, tokens: torch.Tensor, feats: torch.Tensor, inp: StepInputs, last=None):
+        """One head pass: (logits at `last` or all, new features [B, T, H])."""
+        import torch
+        import torch.nn.functional as F
+
+        x = self.fc(torch.cat([F.embedding(tokens, self.net.embed), feats], -1))
+        h = self.net.hidden(x, self.cache, inp.positions, inp.start, inp.mask)
+        hs = h if last is None else h.gather(1, last[..., None].expand(-1, -1, h.shape[-1]))
+        return self.net.logits(hs), h
+
+    def _sync(self, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Feed every row's not-yet-fed positions (real target features); return the last logits/features."""
+        import torch
+        import torch.nn.functional as F
+
+        from trtspec.runtime.cache import chain_inputs
+
+        B = len(seqs)
+        lengths = self.cache.lengths[:B]
+        feats = [torch.cat(self.pending[b]) if len(self.pending[b]) != 1 else self.pending[b][0] for b in range(B)]
+        n = [f.shape[0] for f in feats]
+        T = max(n)
+        toks = [s[m + 1:m + 1 + k] for s, m, k in zip(seqs, lengths, n)]
+        tokens = torch.tensor([t + [0] * (T - len(t)) for t in toks], device=self.device)
+        fpad = torch.stack([F.pad(f, (0, 0, 0, T - f.shape[0])) for f in feats]) if B > 1 else feats[0][None]
+        last = torch.tensor([[k - 1] for k in n], device=self.device)
+        lg, h = self._run(tokens, fpad, chain_inputs(lengths, T, self.device), last)
+        for b in range(B):
+            self.cache.lengths[b] += n[b]
+            self.pending[b] = []
+        return lg[:, 0], h.gather(1, last[..., None].expand(-1, -1, h.shape[-1]))[:, 0]
+
+    def propose(self, batch: ProposalBatch) -> list[Draft]:
+        import torch
+
+        from trtspec.runtime.cache import chain_inputs
+
+        ks = batch.ks
+        K = max(ks)
+        if K == 0:
+            return [EMPTY] * len(batch)
+        logits, feat = self._sync(batch.seqs)
+        base = self.cache.lengths[:len(batch)]
+        if self.tree is None:
+            toks = [logits.argmax(-1)]
+            for d in range(1, K):
+                inp = chain_inputs([m + d - 1 for m in base], 1, self.device)
+                lg, h = self._run(toks[-1][:, None], feat[:, None], inp)
+                toks.append(lg[:, 0].argmax(-1))
+                feat = h[:, 0]
+            t = torch.stack(toks, 1).tolist()
+            return [Draft(t[b][:k], chain(k)) if k else EMPTY for b, k in enumerate(ks)]
+        return self._propose_tree(ks, logits, feat, base)
+
+    def _propose_tree(self, ks, logits, feat, base) -> list[Draft]:
+        """Tree drafting, one head pass per depth over every node that has children."""
+        import torch
+
+        from trtspec.runtime.cache import StepInputs
+
+        B = len(ks)
+        nodes = [self.tree[:k] for k in ks]
+        kids = [[[] for _ in ns] for ns in nodes]
+        for b, ns in enumerate(nodes):
+            for j, (p, _, _) in enumerate(ns):
+                if p >= 0:
+                    kids[b][p].append(j)
+        tokens = [[0] * len(ns) for ns in nodes]
+        ranks = max((r for ns in nodes for _, r, _ in ns), default=0) + 1
+        top = logits.topk(ranks, dim=-1).indices.tolist()
+        for b, ns in enumerate(nodes):
+            for j, (p, r, _) in enumerate(ns):
+                if p < 0:
+                    tokens[b][j] = top[b][r]
+        slot = [dict() for _ in range(B)]  # node -> cache slot of its head entry
+        feat_of = [dict() for _ in range(B)]  # node -> head output feature
+        nxt = list(base)
+        depth = max((d for ns in nodes for _, _, d in ns), default=0)
+        for d in range(1, depth):
+            feed = [[j for j, (_, _, dj) in enumerate(ns) if dj == d and kids[b][j]] for b, ns in enumerate(nodes)]
+            T = max(len(f) for f in feed)
+            if T == 0:
+                break
+            tok = torch.zeros(B, T, dtype=torch.long, device=self.device)
+            fin = torch.zeros(B, T, feat.shape[-1], dtype=feat.dtype, device=self.device)
+            S = max(nxt) + T
+            mask = torch.arange(S, device=self.device)[None, None, :] < torch.tensor(base, device=self.device)[:, None, None]
+            mask = mask.expand(B, T, S).clone()
+            pos = torch.zeros(B, T, dtype=torch.long, device=self.device)
+            for b, js in enumerate(feed):
+                for i in range(T):
+                    mask[b, i, nxt[b] + i] = True
+                    pos[b, i] = base[b] + d - 1
+                for i, j in enumerate(js):
+                    slot[b][j] = nxt[b] + i
+                    tok[b, i] = tokens[b][j]
+                    p = nodes[b][j][0]
+                    fin[b, i] = feat[b] if p < 0 else feat_of[b][p]
+                    a = p
+                    while a >= 0:
+                        mask[b, i, slot[b][a]] = True
+                        a = nodes[b][a][0]
+            lg, h = self._run(tok, fin, StepInputs(pos, list(nxt), mask[:, None]))
+            want = max((nodes[b][c][1] for b, js in enumerate(feed) for j in js for c in kids[b][j]), default=0) + 1
+            top = lg.topk(want, dim=-1).indices.tolist()
+            for b, js in enumerate(feed):
+                for i, j in enumerate(js):
+                    feat_of[b][j] = h[b, i]
+                    for c in kids[b][j]:
+                        tokens[b][c] = top[b][i][nodes[b][c][1]]
+                nxt[b] += T
+        return [Draft(tokens[b], tuple(p for p, _, _ in ns)) if ns else EMPTY for b, ns in enumerate(nodes)]
+
+
+def eagle_version(heads_dir: Path) -> int:
+    """3 for an EAGLE-3 head, 1 for an EAGLE-1/2 head (artifacts.heads.eagle_version; the LLM API's probe)."""
+    return layouts.eagle_version(heads_dir, RepositoryError)
+
+
+class Eagle(Method):
+    name = NAME
+    title = "EAGLE"
+    weights = "heads"
+    tree = True
+    trtllm_engine = True
+    speculative_decoding_mode = "eagle"
+    paged_context_fmha = True
+    decoding_mode = "eagle"
+    multi_block = False  # TensorRT-LLM's own runner turns it off for EAGLE (unsupported there)
+    pipeline_parallel = False
+    head_weights = layouts.EAGLE_WEIGHTS
+    llmapi_refusal = None
+
+    def drafter(self, spec: Spec) -> dict[str, Any] | None:
+        heads = spec.speculative.heads
+        return None if heads is None else summary(read_json_object(Path(heads) / CONFIG, "EAGLE head"))
+
+    def pair_problems(self, spec: Spec, target: ModelConfig) -> list[Problem]:
+        """The head's attention and sizes are the target's (what the runtime and the converter compare)."""
+        heads = spec.speculative.heads
+        if heads is None:
+            return []
+        return [Problem("speculative.heads", str(heads), d, "use heads trained on this target")
+                for d in layouts.eagle_config(heads, target).differences(target, layouts.EAGLE_FIT)]
+
+    def weight_problems(self, spec: Spec, target: ModelConfig) -> list[Problem]:
+        from trtspec.artifacts.pair import llama_weight_problems
+
+        heads = spec.speculative.heads
+        if heads is None or not (Path(heads) / CONFIG).is_file():
+            return []
+        return llama_weight_problems("speculative.heads", Path(heads), layouts.eagle_config(heads, target), head=True)
+
+    def proposer(self, spec: Spec, device: str) -> Proposer:
+        return EagleProposer(spec.speculative.heads, spec.speculative.choices, device=device)
+
+    def choices(self, spec: Spec) -> params.Choices:
+        """The spec's tree, or a greedy chain of num_draft_tokens."""
+        if spec.speculative.choices:
+            return [list(c) for c in spec.speculative.choices]
+        return params.chain(spec.speculative.num_draft_tokens)
+
+    def tree_params(self, spec: Spec) -> dict[str, int]:
+        return params.eagle_tree_params(self.choices(spec))
+
+    def max_draft_len(self, spec: Spec) -> int:
+        return len(self.choices(spec))
+
+    def extra_seq_len(self, spec: Spec) -> int:
+        return self.max_draft_len(spec) + self.tree_params(spec)["num_eagle_layers"]
+
+    def build_flags(self, spec: Spec, role: str) -> list[str]:
+        if spec.limits.max_batch_size > MAX_BATCH:
+            raise BuildError(f"EAGLE engines support max_batch_size <= {MAX_BATCH} "
+                             f"(limits.max_batch_size = {spec.limits.max_batch_size})",
+                             hint=f"set limits.max_batch_size <= {MAX_BATCH}")
+        return super().build_flags(spec, role)
+
+    def backend_parameters(self, spec: Spec, role: str) -> dict[str, str]:
+        return {"eagle_choices": params.brace_choices(self.choices(spec))} if role == TARGET else {}
+
+    def convert_jobs(self, spec: Spec, out: Path, tp: int, pp: int) -> list[ConvertJob]:
+        from trtspec.convert.checkpoint import ConvertJob
+
+        return [ConvertJob(TARGET, NAME, Path(spec.model.target), Path(spec.speculative.heads), out / TARGET, tp,
+                           pp, spec.model.dtype, **self.tree_params(spec))]
+
+    def trtllm_checkpoint(self, job: ConvertJob, shape: ModelConfig, target: dict[str, Any], dtype: Any):
+        from trtspec.convert import llama
+
+        raise_first([p for p in [self.pipeline_problem(job.pp)] if p], ConvertError)
+        if (why := params.draft_len_excess(job.max_draft_len)) is not None:
+            raise ConvertError(f"EAGLE {why}", hint="use a smaller tree")
+        eshape, eagle = layouts.load_eagle(job.heads_dir, shape, ConvertError)
+        mapping = job.mapping
+        config = llama.eagle_config(shape, eshape, job.dtype, mapping, max_draft_len=job.max_draft_len,
+                                    num_eagle_layers=job.num_eagle_layers,
+                                    max_non_leaves_per_layer=job.max_non_leaves_per_layer)
+        return config, lambda t, p: llama.eagle_rank_weights(eagle, eshape, target, shape, mapping, t,
+                                                             job.num_eagle_layers, dtype, str(job.heads_dir))
+
+    def memory_extras(self, spec: Spec, target: ModelConfig, tp: int, nbytes: int) -> HeadSizes:
+        """One drafter (its layers, fc, embedding and LM head copies) per EAGLE net, with its KV cache."""
+        from trtspec.builders.trtllm.memory import HeadSizes, kv_per_token, layer_params, per_rank_layer
+
+        ecfg = layouts.eagle_config(spec.speculative.heads, target)
+        nets = self.tree_params(spec)["num_eagle_layers"]
+        H, V, el = target.hidden_size, target.vocab_size, ecfg.num_layers
+        vpad = -(-V // tp) * tp
+        e_layer_total, _ = layer_params(ecfg)
+        return HeadSizes(el * e_layer_total + 2 * H * H + H,
+                         nets * (el * per_rank_layer(ecfg, tp) + (2 * H * H + H) / tp + V * H + vpad * H / tp),
+                         kv_per_token(ecfg, el * nets, tp, nbytes))
+
+    def llmapi_options(self, spec: Spec) -> dict[str, Any]:
+        s = spec.speculative
+        if eagle_version(Path(s.heads)) != 3:
+            raise RepositoryError(
+                f"{s.heads} is an EAGLE-1/2 head; the LLM API's PyTorch backend runs EAGLE-3 only "
+                "(\"EAGLE (v1/v2) draft checkpoints are incompatible\")",
+                hint="use runtime.kind = \"trtllm-engine\" for EAGLE-1 heads, or an EAGLE-3 head here")
+        return {"speculative_config": {"decoding_type": "Eagle3", "max_draft_len": s.num_draft_tokens,
+                                       "speculative_model": str(Path(s.heads).resolve())}}

@@ -1,0 +1,19 @@
+"""none: plain decoding (K = 0): the base Proposer proposes nothing; a plain TensorRT-LLM engine; the LLM API
+without a speculative_config."""
+
+from __future__ import annotations
+
+from trtspec.methods.base import Method
+from trtspec.runtime.proposer import Proposer
+from trtspec.spec import Spec
+
+
+class Plain(Method):
+    name = Proposer.name  # "none"
+    title = "plain decoding"
+    drafts = False
+    trtllm_engine = True
+    llmapi_refusal = None
+
+    def proposer(self, spec: Spec, device: str) -> Proposer:
+        return Proposer()

@@ -104,12 +104,29 @@ class AdaptiveSection(_Strict):
     fallback_acceptance: float = Field(0.2, ge=0.0, le=1.0, description="below this, fall back to plain decoding")
 
 
+def _schedule_keys(value: Any) -> Any:
+    """TOML table keys are strings (`schedule = {1 = 4, 4 = 2}` reads as {"1": 4, "4": 2}): whole-number keys
+    become ints; anything else is left for the int validator to name."""
+    if isinstance(value, dict):
+        return {int(k) if isinstance(k, str) and k.isdigit() else k: v for k, v in value.items()}
+    return value
+
+
+# speculative.schedule: {smallest batch size of a band = K}
+Schedule = Annotated[dict[int, int], BeforeValidator(_schedule_keys)]
+
+
 class SpeculativeSection(_Strict):
     method: Method = "draft-model"
     draft: CheckpointPath | None = Field(None, description="draft checkpoint dir (method draft-model)")
     heads: CheckpointPath | None = Field(None, description="Medusa heads / EAGLE head dir (method medusa, eagle)")
     num_draft_tokens: int = Field(4, ge=1, le=MAX_DRAFT_TOKENS, description="K: max draft tokens per step")
     choices: list[list[int]] | None = Field(None, description="tree of top-i paths (medusa, eagle)")
+    draft_quantization: Literal["int8", "int4"] | None = Field(
+        None, description="weight-only quantization of the drafter's linears (torch runtime): int8 per channel, "
+                          "int4 per group of 32")
+    schedule: Schedule | None = Field(None, description="K by load: {smallest batch size of a band = K}, e.g. "
+                                      "{1 = 4, 4 = 2} (trtspec tune writes it; TensorRT-LLM's draft_len_schedule)")
     lookahead: LookaheadSection = LookaheadSection()
     adaptive: AdaptiveSection = AdaptiveSection()
 
@@ -258,6 +275,10 @@ def _meaning_problems(spec: Spec) -> list[Problem]:
     method = methods.get(s.method)
     p.extend(method.problems(spec))  # the method's own rules (trtspec/methods/<name>.py)
     lim = spec.limits
+    if s.schedule is not None:
+        p.extend(schedule_problems(spec, method.drafts))
+    if s.draft_quantization is not None:
+        p.extend(quantization_problems(spec, method.weights, backends.for_spec(spec).capabilities.gpu))
     if s.adaptive.min_draft_tokens > s.num_draft_tokens:
         p.append(Problem("speculative.adaptive.min_draft_tokens", s.adaptive.min_draft_tokens,
                          f"exceeds speculative.num_draft_tokens ({s.num_draft_tokens})",
@@ -286,6 +307,86 @@ def _meaning_problems(spec: Spec) -> list[Problem]:
         p.append(Problem("serving.grpc_port", ports, "http, grpc and metrics ports must differ",
                          "give each a different port (0 picks a free one)"))
     return p
+
+
+# TensorRT-LLM's weight-only quantization of a checkpoint (examples/*/convert_checkpoint.py), per mode
+TRTLLM_WEIGHT_ONLY = {"int8": ["--use_weight_only", "--weight_only_precision", "int8"],
+                      "int4": ["--use_weight_only", "--weight_only_precision", "int4", "--group_size", "32"]}
+
+
+def quantization_problems(spec: Spec, weights: str | None, gpu_runtime: bool) -> list[Problem]:
+    """speculative.draft_quantization: a drafter with weights of its own, on the torch runtime (trtspec's
+    TensorRT-LLM converter writes unquantized checkpoints: the hint gives TensorRT-LLM's own flags)."""
+    s, key = spec.speculative, "speculative.draft_quantization"
+    if weights is None:
+        return [Problem(key, s.draft_quantization, f"method '{s.method}' has no drafter weights to quantize",
+                        "remove draft_quantization")]
+    if gpu_runtime:
+        flags = " ".join(TRTLLM_WEIGHT_ONLY[s.draft_quantization])
+        return [Problem(key, s.draft_quantization, "applies to the torch runtime; trtspec converts TensorRT-LLM "
+                        "drafters unquantized", f"remove it and convert the drafter with TensorRT-LLM's "
+                        f"convert_checkpoint.py {flags} (then trtllm-build as usual)")]
+    return []
+
+
+SCHEDULE_FLOOR = 1  # the smallest K draft_len_schedule gets (TensorRT-LLM's min_runtime_draft_len, PR #16888)
+
+
+def schedule_problems(spec: Spec, drafts: bool = True) -> list[Problem]:
+    """speculative.schedule: band keys are the smallest batch size of each band (TensorRT-LLM's draft_len_schedule
+    doc: "batch_size >= 4 uses draft_len=2"), each in 1..limits.max_batch_size; K at batch 1 is
+    num_draft_tokens (TensorRT-LLM requires schedule[1] == max_draft_len); every K in 0..num_draft_tokens
+    (0: no drafting in that band; the torch runtime's drafters catch up on what they missed when a band with
+    K > 0 resumes, and `draft_len_schedule` floors it at SCHEDULE_FLOOR for TensorRT-LLM)."""
+    s, lim, p = spec.speculative, spec.limits, []
+    key = "speculative.schedule"
+    if not drafts:
+        return [Problem(key, s.schedule, f"method '{s.method}' drafts nothing to schedule", "remove the schedule")]
+    if not s.schedule:
+        return [Problem(key, s.schedule, "empty schedule", "remove it, or give bands, e.g. {1 = 4, 4 = 2}")]
+    for batch, k in sorted(s.schedule.items()):
+        if not 1 <= batch <= lim.max_batch_size:
+            p.append(Problem(f"{key}.{batch}", k, f"batch size {batch} is outside 1..limits.max_batch_size "
+                             f"({lim.max_batch_size})", "use band keys a batch can reach"))
+        if not 0 <= k <= s.num_draft_tokens:
+            p.append(Problem(f"{key}.{batch}", k, f"K must be in 0..speculative.num_draft_tokens "
+                             f"({s.num_draft_tokens})", "lower it, or raise num_draft_tokens"))
+    if 1 in s.schedule and s.schedule[1] != s.num_draft_tokens:
+        p.append(Problem(f"{key}.1", s.schedule[1], f"batch 1's K is speculative.num_draft_tokens "
+                         f"({s.num_draft_tokens}; TensorRT-LLM's max_draft_len)",
+                         f"set it to {s.num_draft_tokens} or leave key 1 out"))
+    return p
+
+
+def schedule_k(schedule: dict[int, int] | None, k_max: int, batch: int) -> int:
+    """K for a batch of `batch` requests: the band with the largest key <= batch (below every key: k_max)."""
+    k = k_max
+    for key, value in sorted((schedule or {}).items()):
+        if key <= batch:
+            k = value
+    return min(k, k_max)
+
+
+def draft_len_schedule(spec: Spec) -> dict[int, int] | None:
+    """speculative.schedule as the LLM API's `draft_len_schedule` (None: no schedule).
+
+    Key 1 = max_draft_len (its validator requires it); every K floored at SCHEDULE_FLOOR: a one-model drafter
+    (EAGLE-3, MTP) carries state across iterations that a zero-length band leaves unwritten, and acceptance
+    silently collapses once drafting resumes (TensorRT-LLM PR #16888; vLLM saw schedules collapse throughput).
+    The field's doc reads keys as lower bounds of bands, PR #10860 as upper bounds (and above the largest key
+    as 0), so the last band is repeated at limits.max_batch_size: both readings then give every reachable
+    batch size a K >= 1 (the bands shift by one key under the upper-bound reading)."""
+    s = spec.speculative
+    if not s.schedule:
+        return None
+    out = {1: s.num_draft_tokens}
+    for batch, k in sorted(s.schedule.items()):
+        out[batch] = max(SCHEDULE_FLOOR, min(k, s.num_draft_tokens))
+    last = max(out)
+    if last < spec.limits.max_batch_size:
+        out[spec.limits.max_batch_size] = out[last]
+    out[1] = s.num_draft_tokens
+    return dict(sorted(out.items()))
 
 
 def spec_from_dict(data: dict[str, Any], base: Path | None = None, source: Path | None = None) -> Spec:

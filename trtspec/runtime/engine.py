@@ -37,6 +37,7 @@ from trtspec.runtime.sampling import SamplingParams, sample_token
 from trtspec.runtime.scheduler import (DRAFT_COST, AdaptiveConfig, GenerationResult, Request, Scheduler, StepEvent,
                                        load_cap, token_ids, validate)
 from trtspec.runtime.stats import SpecDecodingStats
+from trtspec.spec import schedule_k
 
 __all__ = ["SpecEngine", "StepEvent", "GenerationResult", "AdaptiveConfig"]
 log = logging.getLogger(__name__)
@@ -47,7 +48,9 @@ class SpecEngine:
 
     def __init__(self, target: Llama, proposer: Proposer | None = None, tokenizer=None, *, max_batch_size: int = 4,
                  max_input_len: int = 512, max_output_len: int = 256, num_draft_tokens: int = 4,
-                 adaptive: AdaptiveConfig = AdaptiveConfig(), name: str = "model", draft_cost: float = DRAFT_COST):
+                 adaptive: AdaptiveConfig = AdaptiveConfig(), name: str = "model", draft_cost: float = DRAFT_COST,
+                 schedule: dict[int, int] | None = None, draft_quantization: str | None = None):
+        self.schedule = dict(schedule) if schedule else None  # K by batch size (spec.schedule_k); None: load_cap
         self.target, self.proposer, self.tokenizer, self.name = target, proposer or Proposer(), tokenizer, name
         self.max_batch_size, self.max_input_len, self.max_output_len = max_batch_size, max_input_len, max_output_len
         self.adaptive, self.draft_cost, self.device = adaptive, draft_cost, target.device
@@ -56,6 +59,11 @@ class SpecEngine:
         target.set_max_seq(self.max_seq)
         self.cache = target.new_cache(max_batch_size, self.max_seq)
         self.plan = self.proposer.setup(target, max_batch_size, self.max_seq, num_draft_tokens)
+        self.draft_quantization = draft_quantization  # weight-only, the drafter's linears only (runtime/quant.py)
+        if draft_quantization:
+            from trtspec.runtime.quant import quantize_proposer
+
+            self.quantized_linears = quantize_proposer(self.proposer, draft_quantization, target)
         self.k_max = self.plan.k_max
         self.method = self.proposer.name if self.k_max > 0 else "none"  # a method's name (trtspec.methods)
         eos = set(target.cfg.eos_token_ids)
@@ -80,7 +88,8 @@ class SpecEngine:
         return cls(target, method.proposer(spec, spec.runtime.device), tokenizer, max_batch_size=lim.max_batch_size,
                    max_input_len=lim.max_input_len, max_output_len=lim.max_output_len, num_draft_tokens=k,
                    adaptive=AdaptiveConfig(a.enabled, a.min_draft_tokens, a.history, a.fallback_acceptance),
-                   name=spec.model.name)
+                   name=spec.model.name, schedule=spec.speculative.schedule,
+                   draft_quantization=spec.speculative.draft_quantization)
 
     # ------------------------------------------------------------------------------------------------ API
 
@@ -206,7 +215,7 @@ class SpecEngine:
     @torch.inference_mode()
     def step(self, reqs: list[Request]) -> list[Request]:
         """One speculative step for every active request (row b = reqs[b]); returns the ones that ended."""
-        cap, params, draws = load_cap(self.k_max, len(reqs)), [r.params for r in reqs], [r.uniforms for r in reqs]
+        cap, params, draws = self.load_cap(len(reqs)), [r.params for r in reqs], [r.uniforms for r in reqs]
         ks = [r.choose_k(cap, self.plan.k_is_depth) for r in reqs]                                   # 1. K
         t0 = time.perf_counter()
         drafts = self.proposer.propose(ProposalBatch([r.seq for r in reqs], params, ks, draws))      # 2. propose
@@ -239,6 +248,11 @@ class SpecEngine:
                 log.exception("trtspec: an on_step observer failed")
         return [r for r, d, path, out in zip(list(reqs), drafts, paths, kept)
                 if r.send(out, len(d.tokens), len(path), draft_s, verify_s)]
+
+    def load_cap(self, batch: int) -> int:
+        """The cap on K for a step of `batch` requests: the spec's schedule (its band for the batch size), else
+        scheduler.load_cap. Like load_cap it caps adaptive K of greedy and unseeded requests only."""
+        return schedule_k(self.schedule, self.k_max, batch) if self.schedule else load_cap(self.k_max, batch)
 
     def move_row(self, src: int, dst: int) -> None:
         self.cache.move_row(src, dst)

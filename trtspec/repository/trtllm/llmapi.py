@@ -24,7 +24,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from trtspec import methods
 from trtspec.repository.trtllm import io
 from trtspec.repository.trtllm.common import CONTAINER_MODELS, add_rows, cpu_instances, render
-from trtspec.spec import Spec
+from trtspec.spec import Spec, draft_len_schedule
 
 FLAVOUR = "trtllm-llmapi"
 MODEL = "tensorrt_llm"
@@ -52,6 +52,9 @@ def model_yaml(spec: Spec) -> dict[str, Any]:
         "kv_cache_config": {"free_gpu_memory_fraction": spec.runtime.trtllm.kv_cache_free_gpu_mem_fraction or 0.9},
     }
     data.update(methods.get(spec.method).llmapi_options(spec))  # speculative_config, ...
+    schedule = draft_len_schedule(spec)  # speculative.schedule, floored at 1 (trtspec.spec.draft_len_schedule)
+    if schedule and data.get("speculative_config"):
+        data["speculative_config"] = {**data["speculative_config"], "draft_len_schedule": schedule}
     # Batching happens inside the LLM; the python model itself takes one request at a time
     # (upstream default, "The current implementation does not support batching").
     data["triton_config"] = {"max_batch_size": 0, "decoupled": spec.serving.streaming}

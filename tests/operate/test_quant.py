@@ -1,0 +1,117 @@
+"""speculative.draft_quantization: weight-only int8/int4 drafters in the torch runtime stay lossless (greedy:
+token identity with plain decoding; sampling: the output distribution is the target's, chi-square), change
+only the drafter, and are refused where they do not apply."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.runtime import family
+from trtspec.errors import SpecError
+from trtspec.runtime.quant import Int8Linear, int8_kernel, quantize_int4, quantize_int8, quantize_proposer
+from trtspec.spec import load_spec, spec_from_dict
+
+
+def test_int8_per_channel_and_int4_per_group_levels():
+    w = torch.randn(8, 70) * torch.linspace(0.1, 3, 8)[:, None]
+    q, s = quantize_int8(w)
+    assert q.dtype == torch.int8 and q.abs().max() <= 127
+    assert ((q.float() * s[:, None] - w).abs() <= s[:, None] / 2 + 1e-6).all()
+    w4 = quantize_int4(w)
+    for row in range(8):
+        for g in range(0, 70, 32):
+            assert len(torch.unique(w4[row, g:g + 32])) <= 16  # 4-bit levels per (row, group)
+    assert (w4 - w).abs().max() < w.abs().max() / 7
+
+
+def test_int8_linear_matches_the_dequantized_product():
+    from trtspec.runtime.llama import Linear
+
+    lin = Linear(torch.randn(24, 64), torch.randn(24))
+    if not int8_kernel(torch.float32):
+        pytest.skip("this torch has no CPU _weight_int8pack_mm for float32 inputs (the dequantized path runs)")
+    ql = Int8Linear(lin, torch.float32)
+    x = torch.randn(2, 5, 64)
+    q, s = quantize_int8(lin.w)
+    assert torch.allclose(ql(x), torch.nn.functional.linear(x, q.float() * s[:, None], lin.b), atol=1e-3)
+
+
+def _engine(fam, method, mode, **kw):
+    from trtspec.runtime import SpecEngine
+
+    spec = load_spec(family.write_spec(fam, method, draft="draft_near", **kw))
+    data = spec.to_dict()
+    data["speculative"]["draft_quantization"] = mode
+    return SpecEngine.from_spec(spec_from_dict(data))
+
+
+PROMPTS = ["w1 w2 w3 w4 w5", "w10 w20 w30", "w7 w7 w8 w9 w10"]
+
+
+@pytest.mark.parametrize("method", ["draft-model", "eagle"])
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_quantized_drafter_greedy_is_plain_decoding(fam, method, mode):
+    from trtspec.runtime import SamplingParams
+
+    engine = _engine(fam, method, mode)
+    try:
+        assert engine.quantized_linears >= 5 and engine.draft_quantization == mode
+        target_head = engine.target.head
+        spec_out = engine.generate_batch(PROMPTS, SamplingParams(max_new_tokens=24))
+        plain = engine.generate_batch(PROMPTS, SamplingParams(max_new_tokens=24, num_draft_tokens=0))
+    finally:
+        engine.close()
+    assert [r.tokens for r in spec_out] == [r.tokens for r in plain]
+    assert sum(r.drafted for r in spec_out) > 0
+    assert engine.target.head is target_head and engine.target.head.w.dtype == torch.float32  # target untouched
+
+
+def test_quantized_drafter_sampling_is_lossless(tmp_path):
+    """20k seeded requests, vocab 8: the first two tokens after the prefill (one K = 2 step) follow the
+    target's joint distribution with an int4 drafter, whose q differs from the float drafter's."""
+    import sys
+
+    sys.path.insert(0, str(family.Path(family.__file__).parent))
+    from test_engine import _first_tokens_exact, _sampled_counts
+    from test_rejection import chi2_z
+
+    from trtspec.methods.draft_model import DraftModelProposer
+    from trtspec.runtime import SamplingParams
+
+    kw = dict(vocab_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+              num_key_value_heads=1, initializer_range=0.6, eos_token_id=None, bos_token_id=None)
+    family.save_llama(tmp_path / "target", seed=21, **kw)
+    family.save_noisy_copy(tmp_path / "target", tmp_path / "draft", noise=0.6, seed=22)
+
+    class Int4Draft(DraftModelProposer):
+        def setup(self, *args):
+            plan = super().setup(*args)
+            self.float_head = self.model.head.w.clone()
+            assert quantize_proposer(self, "int4") >= 5
+            return plan
+
+    proposer = Int4Draft(tmp_path / "draft")
+    sp = SamplingParams(max_new_tokens=3, temperature=0.9, top_k=6, num_draft_tokens=2)
+    counts, eng, res = _sampled_counts(tmp_path, 20000, sp, [1, 2, 3], proposer=proposer)
+    assert not torch.equal(proposer.model.head.w, proposer.float_head)  # the drafter is quantized
+    acc = sum(r.accepted for r in res) / sum(r.drafted for r in res)
+    assert 0.2 < acc < 0.9
+    assert chi2_z(counts, _first_tokens_exact(eng.target, [1, 2, 3], sp)) < 4.0
+
+
+@pytest.mark.parametrize("method, runtime, message", [
+    ("lookahead", {}, "method 'lookahead' has no drafter weights to quantize"),
+    ("draft-model", {"runtime": {"kind": "trtllm-engine", "device": "cuda"}, "gpu": {"type": "h100"}},
+     "applies to the torch runtime"),
+])
+def test_draft_quantization_is_refused_where_it_does_not_apply(method, runtime, message):
+    data = {"schema": 1, "model": {"target": "t"},
+            "speculative": {"method": method, "draft_quantization": "int8",
+                            **({"draft": "d"} if method == "draft-model" else {})}, **runtime}
+    with pytest.raises(SpecError) as err:
+        spec_from_dict(data)
+    problem = next(p for p in err.value.problems if p.startswith("speculative.draft_quantization"))
+    assert message in problem
+    if runtime:
+        assert "convert_checkpoint.py --use_weight_only --weight_only_precision int8" in problem

@@ -1,0 +1,144 @@
+"""Weight-only quantization of a drafter's linears (`speculative.draft_quantization = "int8" | "int4"`).
+
+Drafts only propose: the target verifies every token, so a quantized drafter changes acceptance, never the
+output (greedy: token identity; sampling: the rejection sampler gets the quantized drafter's own q, which its
+logits give). The target is never touched.
+
+    int8  per output channel, symmetric: W ~ s[n] * q[n, k], q in [-127, 127]; multiplied by
+          torch.ops.aten._weight_int8pack_mm (x @ q^T * s, no dequantized copy) where the CPU kernel takes the
+          input's dtype, else dequantized once at load (same numbers, no speed-up)
+    int4  groups of GROUP input channels, symmetric: q in [-8, 7], one scale per (row, group); multiplied by
+          dequantizing to the input's dtype at load (torch's int4 CPU kernels want packed layouts per
+          version: the numbers are int4's, the speed is the float kernel's)
+
+`quantize_proposer` walks a proposer's attributes: each runtime Llama (its layers' qkv/o/gate_up/down and its
+head) and each Linear, alone or in (nested) lists, is replaced by its quantized twin (new objects: a tensor
+shared with the target stays the target's).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from trtspec.runtime.llama import LayerWeights, Linear, Llama
+
+GROUP = 32
+MODES = ("int8", "int4")
+
+
+def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q int8 [N, K], scales float32 [N]) with w ~ q * scales[:, None]."""
+    w = w.float()
+    s = (w.abs().amax(1) / 127.0).clamp_min(1e-12)
+    return torch.round(w / s[:, None]).clamp(-127, 127).to(torch.int8), s
+
+
+def quantize_int4(w: torch.Tensor, group: int = GROUP) -> torch.Tensor:
+    """w with each row's groups of `group` columns rounded to 4-bit symmetric levels (dequantized, float32)."""
+    w = w.float()
+    N, K = w.shape
+    pad = (-K) % group
+    g = F.pad(w, (0, pad)).view(N, -1, group)
+    s = (g.abs().amax(-1, keepdim=True) / 7.0).clamp_min(1e-12)
+    return (torch.round(g / s).clamp(-8, 7) * s).view(N, -1)[:, :K].contiguous()
+
+
+@functools.lru_cache(maxsize=4)
+def int8_kernel(dtype: torch.dtype) -> bool:
+    """torch's weight-only int8 CPU matmul runs for inputs of `dtype` and matches the dequantized product."""
+    try:
+        q, s = quantize_int8(torch.randn(16, 64))
+        x = torch.randn(3, 64, dtype=dtype)
+        y = torch.ops.aten._weight_int8pack_mm(x, q, s.to(dtype))
+        ref = F.linear(x.float(), q.float() * s[:, None])
+        return bool(torch.allclose(y.float(), ref, rtol=2e-2, atol=2e-2))
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return False
+
+
+class Int8Linear:
+    """y = x (q s)^T + b through _weight_int8pack_mm (see the module docstring)."""
+
+    __slots__ = ("q", "s", "b", "n", "min_rows")
+
+    def __init__(self, lin: Linear, dtype: torch.dtype):
+        self.min_rows = lin.min_rows  # (Llama.use_onednn_single_row sets it; unused here)
+        self.q, s = quantize_int8(lin.w)
+        self.s = s.to(dtype)
+        self.b = None if lin.b is None else lin.b.to(dtype)
+        self.n = self.q.shape[0]
+
+    @property
+    def w(self) -> torch.Tensor:
+        """The stored weight (int8): what Llama.num_params counts."""
+        return self.q
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        dt = x.dtype
+        if dt != self.s.dtype:
+            return self(x.to(self.s.dtype)).to(dt)
+        y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, x.shape[-1]).contiguous(), self.q, self.s)
+        y = y.view(*x.shape[:-1], self.n)
+        return y if self.b is None else y + self.b
+
+
+def quantize_linear(lin: Linear, mode: str) -> Any:
+    """The quantized twin of a runtime Linear (a new object)."""
+    if mode == "int8":
+        dt = lin.w.dtype if lin.w.dtype in (torch.float32, torch.bfloat16) else torch.float32
+        if lin.w.device.type == "cpu" and int8_kernel(dt):
+            return Int8Linear(lin, dt)
+        q, s = quantize_int8(lin.w)
+        return Linear((q.float() * s[:, None]).to(lin.w.dtype), lin.b, single_row=lin.min_rows == 1)
+    if mode == "int4":
+        return Linear(quantize_int4(lin.w).to(lin.w.dtype), lin.b, single_row=lin.min_rows == 1)
+    raise ValueError(f"unknown draft quantization {mode!r} (known: {', '.join(MODES)})")
+
+
+def quantize_llama(model: Llama, mode: str) -> int:
+    """Quantize a runtime Llama's layer linears and head in place; returns how many linears."""
+    n = 0
+    for lw in model.layers:
+        for field in ("qkv", "o", "gate_up", "down"):
+            setattr(lw, field, quantize_linear(getattr(lw, field), mode))
+            n += 1
+    model.head = quantize_linear(model.head, mode)
+    return n + 1
+
+
+def quantize_proposer(proposer: Any, mode: str, target: Llama | None = None) -> int:
+    """Quantize every drafter linear a proposer holds (see the module docstring); returns how many. The
+    `target` (and any Linear whose weight is one of its tensors) is left alone, should a proposer hold it."""
+    n = 0
+    shared = set() if target is None else {t.data_ptr() for t in _tensors(target)}
+
+    def twin(value: Any) -> Any:
+        nonlocal n
+        if isinstance(value, Linear):
+            if value.w.data_ptr() in shared:
+                return value
+            n += 1
+            return quantize_linear(value, mode)
+        if isinstance(value, list) and value and all(isinstance(v, (Linear, list)) for v in value):
+            new = [twin(v) for v in value]
+            return value if all(a is b for a, b in zip(new, value)) else new
+        return value
+
+    for name, value in list(vars(proposer).items()):
+        if isinstance(value, Llama):
+            if value is not target:
+                n += quantize_llama(value, mode)
+        elif not isinstance(value, LayerWeights):
+            new = twin(value)
+            if new is not value:
+                setattr(proposer, name, new)
+    return n
+
+
+def _tensors(model: Llama) -> list[torch.Tensor]:
+    lins = [model.head] + [x for lw in model.layers for x in (lw.qkv, lw.o, lw.gate_up, lw.down)]
+    return [model.embed, model.lm_head] + [lin.w for lin in lins if isinstance(lin, Linear)]

@@ -21,6 +21,7 @@ from trtspec.errors import ServeError
 from trtspec.repository.server_flags import admin_headers
 
 LOADED = ("READY", "UNLOADING", "LOADING")  # states of a model that is not (yet) gone
+REVISION_PARAM = "trtspec_revision"  # config parameter: the deploy revision a model was loaded from
 
 
 class ModelControl:
@@ -149,3 +150,105 @@ def unload_models(url: str, models: Iterable[str], unload_dependents: bool = Fal
                 control.unload(name, unload_dependents=unload_dependents)
             except InferenceServerException as exc:
                 raise ServeError(f"unloading {name!r} from {url} failed: {exc.message()}", hint=_CONTROL_HINT) from None
+
+
+# -- status ------------------------------------------------------------------------------------
+
+def scrape(metrics_url: str, timeout: float = 10.0) -> list[tuple[str, dict[str, str], float]]:
+    """Every sample of a Prometheus text endpoint as (name, labels, value), through prometheus_client's parser."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    if not metrics_url.startswith(("http://", "https://")):
+        metrics_url = f"http://{metrics_url}"
+    with urllib.request.urlopen(metrics_url, timeout=timeout) as r:  # noqa: S310 - http(s) only, checked above
+        text = r.read().decode("utf-8", errors="replace")
+    return [(s.name, dict(s.labels), float(s.value)) for fam in text_string_to_metric_families(text)
+            for s in fam.samples]
+
+
+def spec_metrics(samples: list[tuple[str, dict[str, str], float]]) -> dict[str, dict[str, Any]]:
+    """At a glance, per label `model`: for a generation model's spec_dec_* families (labelled with the
+    deployment's name and method) requests, tokens, acceptance, tokens per step and per-position acceptance
+    (definitions as trtspec.runtime.stats); for Triton's nv_inference_* families (labelled with Triton's model
+    names) inferences, failures and the average queue time."""
+    from trtspec.runtime.stats import acceptance_rate, tokens_per_step
+
+    raw: dict[str, dict[str, Any]] = {}
+    for name, labels, value in samples:
+        model = labels.get("model")
+        if not model:
+            continue
+        m = raw.setdefault(model, {"per_position": {}})
+        if name == "spec_dec_accepted_tokens_per_position_total" and labels.get("position", "").isdigit():
+            m["per_position"][int(labels["position"])] = m["per_position"].get(int(labels["position"]), 0.0) + value
+        elif name.startswith(("spec_dec_", "nv_inference_")):
+            m[name] = m.get(name, 0.0) + value
+            if "method" in labels:
+                m["method"] = labels["method"]
+    out = {}
+    for model, m in raw.items():
+        row: dict[str, Any] = {"method": m.get("method")}
+        if "spec_dec_requests_total" in m:
+            req, gen, steps = (m.get(k, 0.0) for k in ("spec_dec_requests_total", "spec_dec_generated_tokens_total",
+                                                         "spec_dec_steps_total"))
+            drafts = m.get("spec_dec_drafts_total", 0.0)
+            row |= {"requests": int(req), "generated_tokens": int(gen),
+                    "failures": int(m.get("spec_dec_request_failures_total", 0.0)),
+                    "acceptance_rate": acceptance_rate(m.get("spec_dec_accepted_tokens_total", 0.0),
+                                                       m.get("spec_dec_draft_tokens_total", 0.0)),
+                    "tokens_per_step": tokens_per_step(max(0.0, gen - req), steps),
+                    "per_position_acceptance": [m["per_position"].get(i, 0.0) / drafts
+                                                for i in range(max(m["per_position"], default=-1) + 1)]
+                    if drafts else []}
+        if "nv_inference_request_success" in m:
+            ok = m["nv_inference_request_success"]
+            row |= {"inferences": int(ok), "inference_failures": int(m.get("nv_inference_request_failure", 0.0)),
+                    "avg_queue_us": m.get("nv_inference_queue_duration_us", 0.0) / ok if ok else 0.0}
+        out[model] = row
+    return out
+
+
+def server_status(url: str, admin_key: str | None = None, models: Iterable[str] = (),
+                  metrics_url: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
+    """Live/ready, every model with its version, state and readiness (the repository index needs the admin
+    key; without it only `models` are asked, through the open readiness API), and the metrics at a glance.
+    Raises ServeError when the server cannot be reached."""
+    from trtspec.client.remote import normalize_url
+
+    url = normalize_url(url)
+    try:
+        control = ModelControl(url, admin_key, timeout)
+        live = control.live()
+    except Exception as exc:  # noqa: BLE001 - refused, unreachable, not HTTP
+        raise ServeError(f"cannot reach Triton at {url}: {type(exc).__name__}",
+                         hint="pass --url HOST:HTTP_PORT (Triton's HTTP port)") from None
+    with control:
+        out: dict[str, Any] = {"url": url, "live": live, "ready": control.server_ready(), "index": None}
+        rows: dict[str, dict[str, Any]] = {}
+        try:
+            for e in control.entries():
+                rows[e.get("name")] = {"version": e.get("version"), "state": e.get("state"),
+                                       "reason": e.get("reason") or None}
+            out["index"] = "repository index"
+        except Exception as exc:  # noqa: BLE001 - restricted without the key, or not in explicit mode
+            out["index"] = f"not readable ({' '.join(str(exc).split())[:120]}): pass --admin-key for every model"
+        for m in models:
+            rows.setdefault(m, {"version": None, "state": None, "reason": None})
+        for name, row in rows.items():
+            row["ready"] = control.model_ready(name)
+            if row["ready"]:
+                try:
+                    params = control.config(name).get("parameters") or {}
+                    row["revision"] = (params.get(REVISION_PARAM) or {}).get("string_value")
+                except Exception:  # noqa: BLE001
+                    row["revision"] = None
+        out["models"] = rows
+    if metrics_url:
+        try:
+            out["metrics"] = spec_metrics(scrape(metrics_url, timeout))
+        except Exception as exc:  # noqa: BLE001 - status still shows the models
+            out["metrics"] = None
+            out["metrics_error"] = f"{metrics_url}: {' '.join(str(exc).split())[:160]}"
+    return out

@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("trtspec.backends",),
     ("trtspec.check",),
     ("trtspec.bench",),
+    ("trtspec.export",),  # the spec for other stacks (vLLM, Kubernetes): read by the CLI only
     ("trtspec.cli", "trtspec.__main__"),
 ]
 REGISTRIES = ("trtspec.methods", "trtspec.backends")  # looked up from anywhere below: plug-ins, found by name

@@ -1,0 +1,125 @@
+"""`trtspec export vllm`: the `vllm serve` command equivalent to a spec, in today's syntax.
+
+vLLM's speculative decoding takes one JSON argument, `--speculative-config` (vllm/config/speculative.py:
+`method`, `model`, `num_speculative_tokens`, `prompt_lookup_max/min`, `num_speculative_tokens_per_batch_size`
+...). A method is mapped by what it declares, never by its trtspec name: its TensorRT-LLM decoding mode
+(`speculative_decoding_mode`: the same algorithm under TensorRT-LLM's name), else the LLM API drafter its
+module maps it to (`llmapi_options`: speculative_config.decoding_type):
+
+    draft_tokens_external / Draft_Target -> draft_model   (the draft checkpoint)
+    medusa                               -> medusa        (chain only: vLLM drafts one token per head)
+    eagle (EAGLE-1/2 head) / Eagle       -> eagle;  an EAGLE-3 head / Eagle3 -> eagle3
+    lookahead_decoding / NGram           -> ngram         (prompt lookup; vLLM has no Jacobi lookahead)
+
+Anything else is a RepositoryError saying why. The server binds 127.0.0.1 unless told otherwise and its API
+takes the key from $VLLM_API_KEY (never a literal key in the command).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from trtspec.errors import RepositoryError
+from trtspec.spec import SCHEDULE_FLOOR, Spec
+
+# TensorRT-LLM's decoding mode (trtllm-build --speculative_decoding_mode) -> vLLM's method
+BY_DECODING_MODE = {"draft_tokens_external": "draft_model", "medusa": "medusa", "eagle": "eagle",
+                    "lookahead_decoding": "ngram"}
+# the LLM API's speculative_config.decoding_type -> vLLM's method
+BY_LLMAPI_TYPE = {"Draft_Target": "draft_model", "DraftTarget": "draft_model", "Eagle": "eagle3",
+                  "Eagle3": "eagle3", "NGram": "ngram"}
+HEAD_METHODS = frozenset({"medusa", "eagle", "eagle3"})  # vLLM methods whose `model` is a heads checkpoint
+EAGLE3_OF = {"eagle": "eagle3"}  # an EAGLE-3 head under an EAGLE mode
+NOTES = {"ngram": "vLLM's n-gram prompt lookup drafts from the prompt and output so far; trtspec's lookahead "
+                  "(Jacobi window) has no vLLM equivalent, so acceptance differs"}
+
+
+def vllm_method(spec: Spec) -> str | None:
+    """vLLM's method for the spec (None: plain decoding); RepositoryError when vLLM has none."""
+    from trtspec import methods
+    from trtspec.artifacts.heads import eagle_version
+
+    m = methods.get(spec.method)
+    if not m.drafts:
+        return None
+    name = BY_DECODING_MODE.get(m.speculative_decoding_mode or "")
+    if name is None:
+        try:
+            config = m.llmapi_options(spec).get("speculative_config") or {}
+        except Exception:  # noqa: BLE001 - the LLM API refuses it: so does this mapping
+            config = {}
+        name = BY_LLMAPI_TYPE.get(str(config.get("decoding_type", "")))
+    if name is None:
+        raise RepositoryError(f"vLLM has no speculative method for trtspec's {spec.method!r}",
+                              hint="vLLM serves draft_model, medusa, eagle/eagle3 and ngram drafters; "
+                                   "serve this spec with trtspec (runtime torch) instead")
+    if name in EAGLE3_OF and eagle_version(Path(spec.speculative.heads), RepositoryError) == 3:
+        name = EAGLE3_OF[name]
+    if name in HEAD_METHODS and spec.speculative.choices:
+        raise RepositoryError(f"vLLM's {name} drafts a chain; speculative.choices is a tree of "
+                              f"{len(spec.speculative.choices)} nodes",
+                              hint="remove speculative.choices (a chain of num_draft_tokens) for the vLLM export")
+    return name
+
+
+def speculative_config(spec: Spec) -> dict[str, Any] | None:
+    """vLLM's --speculative-config for the spec (None: plain decoding)."""
+    name = vllm_method(spec)
+    if name is None:
+        return None
+    s = spec.speculative
+    config: dict[str, Any] = {"method": name, "num_speculative_tokens": s.num_draft_tokens}
+    if name == "draft_model":
+        config["model"] = str(Path(s.draft).resolve())
+        config["draft_tensor_parallel_size"] = spec.gpu.tensor_parallel  # 1 or the target's
+    elif name in HEAD_METHODS:
+        config["model"] = str(Path(s.heads).resolve())
+    else:  # ngram: the longest n-gram matched at the end of the sequence
+        config["prompt_lookup_max"] = max(s.lookahead.ngram - 1, 1)
+        config["prompt_lookup_min"] = 1
+    if s.schedule:
+        config["num_speculative_tokens_per_batch_size"] = batch_ranges(spec)
+    return config
+
+
+def batch_ranges(spec: Spec) -> list[list[int]]:
+    """speculative.schedule as vLLM's inclusive (range_start, range_end, k) list up to limits.max_batch_size,
+    floored at SCHEDULE_FLOOR like draft_len_schedule."""
+    s, top = spec.speculative, spec.limits.max_batch_size
+    bands = sorted({1: s.num_draft_tokens, **(s.schedule or {})}.items())
+    out = []
+    for i, (start, k) in enumerate(bands):
+        end = bands[i + 1][0] - 1 if i + 1 < len(bands) else top
+        out.append([start, end, max(SCHEDULE_FLOOR, k)])
+    return out
+
+
+def command(spec: Spec, host: str = "127.0.0.1", port: int | None = None) -> list[str]:
+    """`vllm serve ...` as an argv list."""
+    lim, gpu = spec.limits, spec.gpu
+    argv = ["vllm", "serve", str(Path(spec.model.target).resolve()),
+            "--tokenizer", str(Path(spec.tokenizer_dir).resolve()),
+            "--served-model-name", spec.name, "--dtype", spec.model.dtype,
+            "--tensor-parallel-size", str(gpu.tensor_parallel), "--pipeline-parallel-size", str(gpu.pipeline_parallel),
+            "--max-num-seqs", str(lim.max_batch_size), "--max-model-len", str(lim.max_seq_len),
+            "--host", host, "--port", str(port or spec.serving.http_port), "--api-key", "$VLLM_API_KEY"]
+    config = speculative_config(spec)
+    if config is not None:
+        argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
+    return argv
+
+
+def shell(argv: list[str]) -> str:
+    """The argv as one shell line; $VLLM_API_KEY stays a variable (double quotes), everything else quoted."""
+    return " ".join('"$VLLM_API_KEY"' if a == "$VLLM_API_KEY" else shlex.quote(a) for a in argv)
+
+
+def export(spec: Spec, host: str = "127.0.0.1", port: int | None = None) -> dict[str, Any]:
+    argv = command(spec, host, port)
+    config = speculative_config(spec)
+    return {"name": spec.name, "method": spec.method, "vllm_method": config and config["method"],
+            "speculative_config": config, "argv": argv, "command": shell(argv),
+            "note": NOTES.get(config["method"]) if config else None}

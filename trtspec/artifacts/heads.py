@@ -24,8 +24,32 @@ of its own: it reuses the target's)::
     (causal attention with the target's RoPE) to f^_{t+1}; the target's lm_head(f^_{t+1}) predicts x_{t+2}.
     f_t are the target's features while known, then the head's own outputs.
 
-EAGLE-3 heads (`midlayer.*`, `d2t`/`t2d`, an `...Eagle3...` architecture) are recognised (`eagle_version`)
-so that the paths that run only EAGLE-1 can refuse them.
+EAGLE-3 (the layout SpecForge writes and vLLM's `llama_eagle3.py` / TensorRT-LLM's PyTorch
+`modeling_speculative.py` load; research notes B1-B3)::
+
+    heads/config.json                   architectures ["LlamaForCausalLMEagle3"], model_type llama,
+                                        num_hidden_layers 1, hidden_size H, the layer's heads/ffn/rope,
+                                        vocab_size V (the target's), draft_vocab_size Vd,
+                                        target_hidden_size Ht, tie_word_embeddings false,
+                                        eagle_aux_hidden_state_layer_ids  [i+1 ...]   (vLLM: layer INPUTS)
+                                        eagle_config.eagle_aux_hidden_state_layer_ids [i ...] (SpecForge,
+                                        TensorRT-LLM's eagle3_layers_to_capture: layer OUTPUTS)
+    heads/model.safetensors             "fc.weight" [H, 3Ht], "midlayer.input_layernorm.weight" [H],
+                                        "midlayer.hidden_norm.weight" [H], "midlayer.self_attn.{q,k,v}_proj.weight"
+                                        [*, 2H], "midlayer.self_attn.o_proj.weight", "midlayer.post_attention_
+                                        layernorm.weight", "midlayer.mlp.{gate,up,down}_proj.weight",
+                                        "norm.weight" [H], "lm_head.weight" [Vd, H], "d2t" int64 [Vd],
+                                        "t2d" bool [V]   (no embed_tokens: the target's is shared, frozen)
+
+    features g_t = cat(h^(i1)_t, h^(i2)_t, h^(i3)_t): the residual stream after target layers i1 < i2 < i3
+    (TensorRT-LLM's default {1, L//2-1, L-4}; vLLM numbers the same tensors as the inputs of layers
+    {2, L//2, L-3}, so its top-level key holds each id + 1: both keys are written and read). At position t:
+    a_t = fc(g_t); o_t = a_t + Attn(cat([input_layernorm(E[x_{t+1}]), hidden_norm(a_t)]))  (embeddings first,
+    2H wide), o_t += MLP(post_attention_layernorm(o_t)); draft logits = lm_head(norm(o_t)) over the draft
+    vocabulary predict x_{t+2}; draft id d is target id d + d2t[d]; t2d[v] says whether target id v is in it.
+    Later drafting steps feed o_t itself (not through fc) as the next position's hidden input.
+
+`eagle_version` tells EAGLE-3 heads from EAGLE-1 ones, so that the paths that run only EAGLE-1 refuse them.
 
 Errors take the caller's failure class (ModelError when checking or serving, ConvertError when converting).
 """
@@ -171,7 +195,7 @@ def load_eagle(heads_dir: Path, target: ModelConfig, error: Error = ModelError) 
     w = {k.removeprefix("model."): v for k, v in load_weights(heads_dir, EAGLE_WEIGHTS, error).items()}
     if any(_EAGLE3_TENSORS.match(k) for k in w):
         raise error(f"{heads_dir}: this is an EAGLE-3 head; only EAGLE-1/2 heads are supported here",
-                    hint="use runtime.kind = \"trtllm-llmapi\" for EAGLE-3")
+                    hint="EAGLE-3 heads run on runtime.kind \"torch\" and \"trtllm-llmapi\"")
     if "fc.weight" not in w:
         raise error(f"{heads_dir}: eagle head has no fc.weight", hint="an EAGLE-1 head has fc.weight [H, 2H]")
     return cfg, w
@@ -186,3 +210,161 @@ def write_eagle(out: Path, tensors: "Tensors", config: Any) -> None:
     out.mkdir(parents=True, exist_ok=True)
     save_weights(tensors, out / EAGLE_WEIGHTS)
     write_json(out / CONFIG, raw)
+
+
+# ----------------------------------------------------------------------------------------------- EAGLE-3
+
+EAGLE3_ARCHITECTURE = "LlamaForCausalLMEagle3"
+_MID = "midlayer."
+EAGLE3_TENSORS = ("fc.weight", _MID + "input_layernorm.weight", _MID + "hidden_norm.weight",
+                  *(f"{_MID}self_attn.{p}_proj.weight" for p in "qkvo"), _MID + "post_attention_layernorm.weight",
+                  *(f"{_MID}mlp.{p}_proj.weight" for p in ("gate", "up", "down")), "norm.weight", "lm_head.weight",
+                  "d2t", "t2d")
+AUX_KEY = "eagle_aux_hidden_state_layer_ids"
+
+
+def default_aux_layers(num_layers: int) -> tuple[int, int, int]:
+    """Target layers whose outputs an EAGLE-3 head reads: TensorRT-LLM's default (1, L//2-1, L-4) (needs
+    L > 5; research B3), else spread over what there is (tiny test targets)."""
+    if num_layers > 5:
+        return 1, num_layers // 2 - 1, num_layers - 4
+    return 0, (num_layers - 1) // 2, num_layers - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Eagle3Config:
+    layer: ModelConfig          # the midlayer's shape (its hidden size is the head's)
+    draft_vocab_size: int
+    target_hidden_size: int
+    aux_layers: tuple[int, ...]  # target layers whose OUTPUTS are the features (TensorRT-LLM numbering);
+    #                              () when the head names none and no target was given
+    raw: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    def differences(self, target: ModelConfig) -> list[str]:
+        """What does not fit `target` (the shared embedding, the vocabulary, the captured layers)."""
+        out = []
+        if self.target_hidden_size != target.hidden_size:
+            out.append(f"target_hidden_size {self.target_hidden_size} differs from the target's hidden_size "
+                       f"{target.hidden_size}")
+        if self.layer.hidden_size != target.hidden_size:
+            out.append(f"hidden_size {self.layer.hidden_size} differs from the target's {target.hidden_size} "
+                       "(the head reuses the target's embedding)")
+        if self.layer.vocab_size != target.vocab_size:
+            out.append(f"vocab_size {self.layer.vocab_size} differs from the target's {target.vocab_size}")
+        if self.draft_vocab_size > self.layer.vocab_size:
+            out.append(f"draft_vocab_size {self.draft_vocab_size} exceeds vocab_size {self.layer.vocab_size}")
+        bad = [i for i in self.aux_layers if not 0 <= i < target.num_layers]
+        if bad:
+            out.append(f"captured layer {bad[0]} is not a layer of the target (it has {target.num_layers}: "
+                       f"0..{target.num_layers - 1})")
+        return out
+
+
+def eagle3_raw_config(layer: dict[str, Any], *, vocab_size: int, draft_vocab_size: int, target_hidden_size: int,
+                      aux_layers: tuple[int, ...], **extra: Any) -> dict[str, Any]:
+    """config.json of an EAGLE-3 head from its layer's Llama keys; both spellings of the captured layers."""
+    ids = [int(i) for i in aux_layers]
+    return {**layer, "architectures": [EAGLE3_ARCHITECTURE], "model_type": "llama", "num_hidden_layers": 1,
+            "vocab_size": vocab_size, "draft_vocab_size": draft_vocab_size, "target_hidden_size": target_hidden_size,
+            "tie_word_embeddings": False, AUX_KEY: [i + 1 for i in ids],
+            "eagle_config": {AUX_KEY: ids, "use_aux_hidden_state": True}, **extra}
+
+
+def eagle3_config(heads_dir: Path, target: ModelConfig | None = None, error: Error = ModelError) -> Eagle3Config:
+    """An EAGLE-3 head's config.json. The captured layers come from `eagle_config.eagle_aux_hidden_state_layer_ids`
+    (SpecForge: layer outputs), else the top-level `eagle_aux_hidden_state_layer_ids` (vLLM: layer inputs,
+    so each id - 1), else the default for the target; both given must name the same layers."""
+    path = Path(heads_dir) / CONFIG
+    raw = read_json_object(path, "EAGLE-3 head", error)
+    base = {} if target is None else {k: v for k, v in target.raw.items() if k not in TARGET_STACK_KEYS}
+    kw = {k: v for k, v in {**base, **raw}.items() if k not in ("eagle_config", AUX_KEY, "architectures")}
+    layer = ModelConfig.from_dict({**kw, "num_hidden_layers": 1}, str(path), error)
+
+    aux = eagle3_aux_layers(raw, path, error)
+    if aux is None:
+        aux = default_aux_layers(target.num_layers) if target is not None else ()  # (): not named, no target
+
+    def size(key: str, default: int) -> int:
+        value = raw.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise error(f"{path}: {key} {value!r} is not an integer >= 1", hint="re-export the head")
+        return value
+
+    return Eagle3Config(layer, size("draft_vocab_size", layer.vocab_size),
+                        size("target_hidden_size", layer.hidden_size), aux, raw)
+
+
+def eagle3_aux_layers(raw: dict[str, Any], path: Path, error: Error = ModelError) -> tuple[int, ...] | None:
+    """The captured layers an EAGLE-3 config names (layer-output numbering), None when it names none."""
+    def ids(value: Any, key: str) -> tuple[int, ...] | None:
+        if value is None:
+            return None
+        if (not isinstance(value, list) or len(value) != 3
+                or any(isinstance(i, bool) or not isinstance(i, int) for i in value)):
+            raise error(f"{path}: {key} {value!r} is not a list of 3 layer ids", hint="re-export the head")
+        return tuple(value)
+
+    nested = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+    post = ids(nested.get(AUX_KEY), f"eagle_config.{AUX_KEY}")
+    pre = ids(raw.get(AUX_KEY), AUX_KEY)
+    if post is not None and pre is not None and tuple(i - 1 for i in pre) != post:
+        raise error(f"{path}: {AUX_KEY} {list(pre)} (vLLM: layer inputs) and eagle_config.{AUX_KEY} {list(post)} "
+                    "(layer outputs) name different layers", hint="the top-level ids must be the nested ones + 1")
+    return post if post is not None else tuple(i - 1 for i in pre) if pre is not None else None
+
+
+def load_eagle3(heads_dir: Path, target: ModelConfig, error: Error = ModelError) -> tuple[Eagle3Config, "Tensors"]:
+    """(config, tensors without a "model." prefix) of an EAGLE-3 head that fits `target`, every tensor of
+    the layout there with its shape."""
+    cfg = eagle3_config(heads_dir, target, error)
+    if bad := cfg.differences(target):
+        raise error(f"{heads_dir}: EAGLE-3 head {bad[0]}", hint="use an EAGLE-3 head trained on this target")
+    w = {k.removeprefix("model."): v for k, v in load_weights(heads_dir, EAGLE_WEIGHTS, error).items()}
+    if missing := [k for k in EAGLE3_TENSORS if k not in w]:
+        raise error(f"{heads_dir}/{EAGLE_WEIGHTS}: missing tensor {missing[0]!r}",
+                    hint="an EAGLE-3 head has " + ", ".join(EAGLE3_TENSORS))
+    H, c = cfg.layer.hidden_size, cfg.layer
+    want = {"fc.weight": (H, 3 * cfg.target_hidden_size), "lm_head.weight": (cfg.draft_vocab_size, H),
+            "d2t": (cfg.draft_vocab_size,), "t2d": (c.vocab_size,), "norm.weight": (H,),
+            _MID + "self_attn.q_proj.weight": (c.q_size, 2 * H), _MID + "self_attn.k_proj.weight": (c.kv_size, 2 * H),
+            _MID + "self_attn.v_proj.weight": (c.kv_size, 2 * H), _MID + "self_attn.o_proj.weight": (H, c.q_size),
+            _MID + "mlp.gate_proj.weight": (c.intermediate_size, H), _MID + "mlp.down_proj.weight": (H, c.intermediate_size)}
+    for k, shape in want.items():
+        if tuple(w[k].shape) != shape:
+            raise error(f"{heads_dir}/{EAGLE_WEIGHTS}: {k} has shape {list(w[k].shape)}, the config gives "
+                        f"{list(shape)}", hint="config.json must describe the head in the weights file")
+    ids = w["d2t"].long() + _arange(cfg.draft_vocab_size)
+    if int(ids.min()) < 0 or int(ids.max()) >= c.vocab_size or not bool(w["t2d"].bool()[ids].all()):
+        raise error(f"{heads_dir}: d2t maps draft ids outside the vocabulary or off t2d",
+                    hint="target id = draft id + d2t[draft id], and t2d marks exactly those")
+    return cfg, w
+
+
+def vocab_tensors(used: "torch.Tensor", vocab_size: int) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """(d2t, t2d) of the draft vocabulary `used` (target ids; SpecForge's process_token_dict_to_mappings:
+    sorted, d2t[i] = used[i] - i, t2d[v] = v in used)."""
+    import torch
+
+    used = torch.as_tensor(used, dtype=torch.long).unique(sorted=True)
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[used] = True
+    return used - torch.arange(len(used)), t2d
+
+
+def write_eagle3(out: Path, tensors: "Tensors", config: dict[str, Any]) -> None:
+    """Write an EAGLE-3 head dir: exactly the layout's tensors (d2t int64, t2d bool) and its config.json."""
+    import torch
+
+    if sorted(tensors) != sorted(EAGLE3_TENSORS):
+        raise ValueError(f"EAGLE-3 tensors {sorted(tensors)} are not the layout's {sorted(EAGLE3_TENSORS)}")
+    tensors = {**tensors, "d2t": tensors["d2t"].to(torch.int64), "t2d": tensors["t2d"].to(torch.bool)}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_weights({k: v.contiguous() for k, v in tensors.items()}, out / EAGLE_WEIGHTS)
+    write_json(out / CONFIG, config)
+
+
+def _arange(n: int):
+    import torch
+
+    return torch.arange(n)

@@ -10,7 +10,8 @@
 
 Files: `engines/<name>/trtspec.lock.json` (builds), `<checkpoint>/trtspec.convert.json` (conversions),
 `model_repository/<name>/trtspec.repo.json` (TensorRT-LLM repositories), `examples/models/MANIFEST.json`
-(the demo family), `<checkpoint>/trtspec.import.json` (GGUF imports, artifacts/gguf.py). Written atomically. A rendered repository's manifest has `created: None`: it is part of
+(the demo family), `<checkpoint>/trtspec.import.json` (GGUF imports, artifacts/gguf.py), `<drafter>/trtspec.train.json` (drafters
+trained by `trtspec train`: data, budget, losses, measured acceptance). Written atomically. A rendered repository's manifest has `created: None`: it is part of
 the rendered files, whose digest decides whether the repository is written again, so equal renders must be
 equal bytes.
 
@@ -28,9 +29,9 @@ from typing import Any
 
 from trtspec.artifacts import fs
 
-LOCK, CONVERT, REPOSITORY, DEMO, IMPORT = "lock", "convert", "repository", "demo-family", "import"
+LOCK, CONVERT, REPOSITORY, DEMO, IMPORT, TRAIN = "lock", "convert", "repository", "demo-family", "import", "train"
 FILE_NAMES = {LOCK: "trtspec.lock.json", CONVERT: "trtspec.convert.json", REPOSITORY: "trtspec.repo.json",
-              DEMO: "MANIFEST.json", IMPORT: "trtspec.import.json"}
+              DEMO: "MANIFEST.json", IMPORT: "trtspec.import.json", TRAIN: "trtspec.train.json"}
 _NOW = object()
 
 

@@ -23,6 +23,7 @@ EXIT_CODE_HELP = "\n".join(f"  {code:>3}  {what}" for code, what in EXIT_CODES.i
 COMMAND_MODULES = [
     "trtspec.cli.spec_cmds",
     "trtspec.cli.models",
+    "trtspec.cli.train",
     "trtspec.cli.generate",
     "trtspec.cli.build",
     "trtspec.cli.serve",
@@ -30,10 +31,6 @@ COMMAND_MODULES = [
     "trtspec.cli.convert",
     "trtspec.cli.deploy",
     "trtspec.cli.repo",
-    "trtspec.cli.tune",
-    "trtspec.cli.status",
-    "trtspec.cli.rollback",
-    "trtspec.cli.export",
 ]
 
 

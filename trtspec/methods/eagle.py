@@ -1,8 +1,9 @@
 """eagle: a one-layer feature-level head (EAGLE-1) run autoregressively proposes a chain, or the tree in `choices`.
 
     weights        speculative.heads: a one-layer Llama config + model.safetensors (fc + the layer;
-                   artifacts/heads.py); EAGLE-3 heads are recognised and served by the LLM API only
-    torch          EagleProposer (deterministic candidates: verified as point masses)
+                   artifacts/heads.py); an EAGLE-3 head (eagle_version 3) runs through methods/eagle3.py
+    torch          EagleProposer (deterministic candidates: verified as point masses); Eagle3Proposer for
+                   EAGLE-3 heads (reduced vocabulary, sampled chains carry q)
     checkpoint     EagleForCausalLM: the target + one EAGLE net per tree level (num_eagle_layers = the depth);
                    no pipeline parallelism (TensorRT-LLM asserts pp_size == 1)
     trtllm-build   --use_paged_context_fmha enable --speculative_decoding_mode eagle (max_batch_size <= 512);
@@ -196,6 +197,16 @@ class EagleProposer(HeadProposer):
         return [Draft(tokens[b], tuple(p for p, _, _ in ns)) if ns else EMPTY for b, ns in enumerate(nodes)]
 
 
+def _version3(heads: str | Path) -> bool:
+    """An EAGLE-3 head (one that cannot be read is judged by the EAGLE-1 path, which reports why)."""
+    from trtspec.errors import TrtspecError
+
+    try:
+        return (Path(heads) / CONFIG).is_file() and layouts.eagle_version(Path(heads)) == 3
+    except TrtspecError:
+        return False
+
+
 def eagle_version(heads_dir: Path) -> int:
     """3 for an EAGLE-3 head, 1 for an EAGLE-1/2 head (artifacts.heads.eagle_version; the LLM API's probe)."""
     return layouts.eagle_version(heads_dir, RepositoryError)
@@ -224,6 +235,10 @@ class Eagle(Method):
         heads = spec.speculative.heads
         if heads is None:
             return []
+        if _version3(heads):
+            from trtspec.methods import eagle3
+
+            return eagle3.pair_problems(Path(heads), target, Path(spec.tokenizer_dir))
         return [Problem("speculative.heads", str(heads), d, "use heads trained on this target")
                 for d in layouts.eagle_config(heads, target).differences(target, layouts.EAGLE_FIT)]
 
@@ -233,9 +248,17 @@ class Eagle(Method):
         heads = spec.speculative.heads
         if heads is None or not (Path(heads) / CONFIG).is_file():
             return []
+        if _version3(heads):
+            from trtspec.methods import eagle3
+
+            return eagle3.weight_problems(Path(heads), target)
         return llama_weight_problems("speculative.heads", Path(heads), layouts.eagle_config(heads, target), head=True)
 
     def proposer(self, spec: Spec, device: str) -> Proposer:
+        if _version3(spec.speculative.heads):
+            from trtspec.methods.eagle3 import Eagle3Proposer
+
+            return Eagle3Proposer(spec.speculative.heads, spec.speculative.choices, device=device)
         return EagleProposer(spec.speculative.heads, spec.speculative.choices, device=device)
 
     def choices(self, spec: Spec) -> params.Choices:
@@ -303,5 +326,6 @@ class Eagle(Method):
                 f"{s.heads} is an EAGLE-1/2 head; the LLM API's PyTorch backend runs EAGLE-3 only "
                 "(\"EAGLE (v1/v2) draft checkpoints are incompatible\")",
                 hint="use runtime.kind = \"trtllm-engine\" for EAGLE-1 heads, or an EAGLE-3 head here")
-        return {"speculative_config": {"decoding_type": "Eagle3", "max_draft_len": s.num_draft_tokens,
-                                       "speculative_model": str(Path(s.heads).resolve())}}
+        from trtspec.methods import eagle3
+
+        return {"speculative_config": eagle3.llmapi_options(spec)}

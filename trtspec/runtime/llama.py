@@ -255,6 +255,9 @@ class Llama:
         else:
             raise ModelError(f"{name}: no lm_head.weight and tie_word_embeddings is false")
         self.head = Linear(self.lm_head, dtype=weight_dtype)
+        # EAGLE-3 features: when set (by its proposer), `forward`'s hidden output is the concatenation of these
+        # layers' outputs (the residual stream after layer i, un-normed) instead of the final post-norm state
+        self.capture_layers: tuple[int, ...] = ()
         bytes_per = (weight_dtype or dtype).itemsize
         if self.num_params * bytes_per > ONEDNN_SINGLE_ROW_BYTES:
             self.use_onednn_single_row(True)
@@ -305,20 +308,25 @@ class Llama:
         positions [B, T]: RoPE positions; row b writes its T new K/V entries at cache slots start[b]..start[b]+T-1.
         mask [B, 1, T, S] (bool, True = attend) over cache slots 0..S-1, or None to attend to all S = start[0]+T
         slots (one row). tokens [B, T] or embeds [B, T, hidden]. logits_at [B, M]: token indices whose logits
-        are wanted (default: all). Returns (logits [B, M, V] | None, final (post-norm) hidden [B, T, hidden]).
+        are wanted (default: all). Returns (logits [B, M, V] | None, final (post-norm) hidden [B, T, hidden]),
+        or with `capture_layers` the captured layers' outputs side by side [B, T, n * hidden] as the hidden.
         """
         x = F.embedding(tokens, self.embed) if embeds is None else embeds
-        h = self.hidden(x, cache, positions, start, mask, row0=row0)
+        captured: dict[int, torch.Tensor] | None = {} if self.capture_layers else None
+        h = self.hidden(x, cache, positions, start, mask, row0=row0, capture=captured)
         if self.norm is not None:
             h = F.rms_norm(h, (self.cfg.hidden_size,), self.norm, self.cfg.rms_norm_eps)
+        feats = h if captured is None else torch.cat([captured[i] for i in self.capture_layers], -1)
         if not logits:
-            return None, h
+            return None, feats
         hs = h if logits_at is None else h.gather(1, logits_at[..., None].expand(-1, -1, h.shape[-1]))
-        return self.head(hs), h
+        return self.head(hs), feats
 
     def hidden(self, x: torch.Tensor, cache, positions, start: list[int], mask, *, row0: int = 0,
-               layers: list[LayerWeights] | None = None) -> torch.Tensor:
-        """The decoder stack (no final norm) over `x` [B, T, hidden]."""
+               layers: list[LayerWeights] | None = None,
+               capture: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+        """The decoder stack (no final norm) over `x` [B, T, hidden]; `capture` gets the outputs of the
+        layers in capture_layers."""
         B, T = positions.shape
         S = mask.shape[-1] if mask is not None else start[0] + T
         cos, sin = F.embedding(positions, self.rope).unsqueeze(2).chunk(2, dim=-1)
@@ -328,6 +336,8 @@ class Llama:
             if lw.window not in masks:
                 masks[lw.window] = window_mask(mask, positions, start, S, lw.window)
             x = self.block(x, lw, cache.k[i], cache.v[i], cos, sin, write, masks[lw.window], B, T, S, row0)
+            if capture is not None and i in self.capture_layers:
+                capture[i] = x
         return x
 
     def block(self, x, w: LayerWeights, kc, vc, cos, sin, write, mask, B, T, S, row0):

@@ -84,7 +84,9 @@ spec_dec_draft_tokens_total{model="tensorrt_llm",method="eagle"} 160
 spec_dec_accepted_tokens_total{model="tensorrt_llm",method="eagle"} 40
 spec_dec_accepted_tokens_per_position_total{model="tensorrt_llm",method="eagle",position="0"} 30
 spec_dec_accepted_tokens_per_position_total{model="tensorrt_llm",method="eagle",position="1"} 10
+# TYPE nv_inference_request_success counter
 nv_inference_request_success{model="ensemble",version="1"} 4
+# TYPE nv_inference_queue_duration_us counter
 nv_inference_queue_duration_us{model="ensemble",version="1"} 400
 """
     samples = [(s.name, dict(s.labels), float(s.value)) for f in text_string_to_metric_families(text) for s in f.samples]

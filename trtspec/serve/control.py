@@ -177,6 +177,8 @@ def spec_metrics(samples: list[tuple[str, dict[str, str], float]]) -> dict[str, 
 
     raw: dict[str, dict[str, Any]] = {}
     for name, labels, value in samples:
+        if name.startswith("nv_") and name.endswith("_total"):
+            name = name[:-len("_total")]  # prometheus_client names every counter sample *_total; Triton does not
         model = labels.get("model")
         if not model:
             continue

@@ -200,4 +200,11 @@ def render(objects: list[dict[str, Any]]) -> str:
               "# (ServiceMonitor) and prometheus-adapter with the rule in `trtspec export k8s --adapter-rule`\n"
               f"# (the HPA's {QUEUE_METRIC}). The Secret holds a fresh random admin key: keep this file private\n"
               "# (mode 0600) or pass --no-secret and create the Secret from your secret store.\n")
-    return header + "---\n".join(yaml.safe_dump(o, sort_keys=False) for o in objects)
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper, value: str):  # multi-line strings (the ConfigMap's spec) as literal blocks
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+    Dumper.add_representer(str, text)
+    return header + "---\n".join(yaml.dump(o, Dumper=Dumper, sort_keys=False) for o in objects)

@@ -115,13 +115,57 @@ def tree_inputs(lengths: list[int], trees: list[tuple[int, ...]], device="cpu") 
     return StepInputs(positions, list(lengths), mask[:, None])
 
 
-def draft_inputs(lengths: list[int], parents: list[tuple[int, ...]], T: int, device="cpu") -> StepInputs:
-    """A verify pass's inputs: per row [pending token, draft nodes...] after its `lengths[b]` slots, draft
-    node j with parent `parents[b][j]` (-1: the pending token); a causal chain when every draft is a chain,
-    else trees (padded to T)."""
+def draft_inputs(lengths: list[int], parents: list[tuple[int, ...]], T: int, device="cpu",
+                 branches: list | None = None) -> StepInputs:
+    """A verify pass's inputs: per row [pending token, draft nodes..., branch inputs...] after its `lengths[b]`
+    slots, draft node j with parent `parents[b][j]` (-1: the pending token); a causal chain when every draft is
+    a chain and no row has a branch (proposer.Branch), else per-row masks (padded to T)."""
+    if branches and any(br is not None for br in branches):
+        return branch_inputs(lengths, parents, branches, T, device)
     if all(all(p == i - 1 for i, p in enumerate(ps)) for ps in parents):
         return chain_inputs(lengths, T, device)
     return tree_inputs(lengths, [(-1,) + tuple(p + 1 for p in ps) for ps in parents], device)
+
+
+def branch_inputs(lengths: list[int], parents: list[tuple[int, ...]], branches: list, T: int,
+                  device="cpu") -> StepInputs:
+    """Rows of [pending token, draft tree, branch inputs] (a branch: proposer.Branch or None): the tree as in
+    tree_inputs, each branch input at position length + its depth, seeing the row's committed slots, the
+    pending token and branch inputs it lists, and itself (Lookahead decoding's one attention mask for both branches, LADE
+    `j_make_causal_mask_multilevel`). Padding inputs attend to themselves only."""
+    B = len(lengths)
+    pos, vis = [], []
+    for ps, br in zip(parents, branches):
+        depth, v = branch_structure(tuple(ps), None if br is None else (br.depths, br.sees), T)
+        pos.append(depth)
+        vis.append(v)
+    base = torch.tensor(lengths, device=device)
+    positions = base[:, None] + torch.stack(pos).to(device)
+    S = max(lengths) + T
+    mask = (torch.arange(S, device=device)[None, None, :] < base[:, None, None]).expand(B, T, S).clone()
+    slots = base[:, None] + torch.arange(T, device=device)[None, :]
+    mask.scatter_(2, slots[:, None, :].expand(B, T, T), torch.stack(vis).to(device))
+    return StepInputs(positions, list(lengths), mask[:, None])
+
+
+@lru_cache(maxsize=512)
+def branch_structure(parents: tuple[int, ...], branch: tuple[tuple[int, ...], tuple[tuple[int, ...], ...]] | None,
+                     T: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(position offset [T], visibility [T, T]) of [pending, draft nodes with `parents`, branch inputs]: the
+    nodes see their ancestors (tree_structure of the root-prefixed tree), a branch input (depths, sees) what it
+    lists and itself; the rest is padding, isolated at increasing offsets."""
+    n = len(parents) + 1
+    depth, vis = tree_structure((-1,) + tuple(p + 1 for p in parents), T)
+    depth, vis = depth.clone(), vis.clone()
+    if branch is not None:
+        depths, sees = branch
+        for i, (d, seen) in enumerate(zip(depths, sees)):
+            at = n + i
+            depth[at] = d
+            vis[at, [0 if s == 0 else n + s - 1 for s in seen]] = True
+        m = n + len(depths)
+        depth[m:] = torch.arange(m, T) if m < T else depth[m:]
+    return depth, vis
 
 
 @lru_cache(maxsize=512)

@@ -192,7 +192,7 @@ class SpecEngine:
                  max_output_len=self.max_output_len, k_max=self.k_max, tokenizer=self.tokenizer)
         eos = self.eos_ids if params.end_id is None else frozenset() if params.end_id < 0 else frozenset([params.end_id])
         return Request(prompt, params, on_event, eos, self.k_max, self.adaptive, self.plan.options, self.draft_cost,
-                       self.tokenizer)
+                       self.tokenizer, (self.plan.overhead, self.plan.width))
 
     # ----------------------------------------------------------------------- the model runner (scheduler.Runner)
 
@@ -223,18 +223,24 @@ class SpecEngine:
             drafts = [d.pruned(r.room) for d, r in zip(drafts, reqs)]
         t1 = time.perf_counter()
         lengths = [len(r.seq) - 1 for r in reqs]                                                     # 3. verify
-        T = 1 + max(len(d.tokens) for d in drafts)
-        tokens = [[r.seq[-1]] + d.tokens + [0] * (T - 1 - len(d.tokens)) for r, d in zip(reqs, drafts)]
-        inp = draft_inputs(lengths, [d.parents for d in drafts], T, self.device)
+        branches = [d.branch for d in drafts]  # inputs run and never kept (lookahead's window), after the nodes
+        rows = [d.tokens + (list(br.tokens) if br is not None else []) for d, br in zip(drafts, branches)]
+        T = 1 + max(len(x) for x in rows)
+        tokens = [[r.seq[-1]] + x + [0] * (T - 1 - len(x)) for r, x in zip(reqs, rows)]
+        inp = draft_inputs(lengths, [d.parents for d in drafts], T, self.device, branches)
         logits, hidden = self.target.forward(self.cache, inp.positions, inp.start, inp.mask,
                                              tokens=torch.tensor(tokens, device=self.device))
         paths, emitted = rejection_sample(logits, drafts, params, draws)                            # 4. accept
         for b, path in enumerate(paths):                                                             # 5. commit
             self.cache.keep_path(b, lengths[b], [0] + [j + 1 for j in path])
         t2 = time.perf_counter()
+        if any(br is not None for br in branches):
+            self.proposer.commit_branch(_branch_outputs(logits, drafts))
         self.proposer.commit(paths, hidden)
         t3 = time.perf_counter()
-        depths = [d.depth for d in drafts]
+        # a branch costs its rows whether or not it found candidates: a step that ran one is a tested draft,
+        # so adaptive K's fallback switches a branch that does not pay off like any other drafter
+        depths = [max(d.depth, 1) if d.branch is not None else d.depth for d in drafts]
         for r, path, depth in zip(reqs, paths, depths):
             r.learn(len(path), depth)
         kept = [r.extend(new) for r, new in zip(reqs, emitted)]                                      # 6. emit
@@ -255,11 +261,25 @@ class SpecEngine:
         return schedule_k(self.schedule, self.k_max, batch) if self.schedule else load_cap(self.k_max, batch)
 
     def move_row(self, src: int, dst: int) -> None:
+        self.proposer.release(dst)  # the scheduler moves the last row into a finished request's row
         self.cache.move_row(src, dst)
         self.proposer.move_row(src, dst)
 
     def free_row(self, row: int) -> None:
+        self.proposer.release(row)
         self.cache.lengths[row] = 0
 
     def reset(self) -> None:
         self.cache.lengths = [0] * self.cache.batch
+
+
+def _branch_outputs(logits: torch.Tensor, drafts) -> list[list[int] | None]:
+    """Per row with a branch: the target's argmax at the pending token and at each branch input."""
+    out: list[list[int] | None] = []
+    for b, d in enumerate(drafts):
+        if d.branch is None:
+            out.append(None)
+            continue
+        n, m = len(d.tokens), len(d.branch.tokens)
+        out.append([int(logits[b, 0].argmax())] + logits[b, 1 + n:1 + n + m].argmax(-1).tolist())
+    return out

@@ -36,11 +36,28 @@ if TYPE_CHECKING:  # torch is imported where proposals are computed: the method 
     from trtspec.runtime.sampling import SamplingParams
 
 
+@dataclasses.dataclass(frozen=True)
+class Branch:
+    """Inputs a verify pass runs next to a draft but never keeps: Lookahead decoding's lookahead branch (the
+    2-D window of Jacobi guesses, Fu et al. 2024), which costs a target forward's rows and gives the target's
+    predictions at them. Branch input i sits `depths[i]` positions past the pending token and attends to the
+    row's committed slots, to what `sees[i]` lists (0: the pending token, 1 + i': branch input i'; never the
+    draft nodes, which never see the branch either) and to itself. Its K/V lands past the kept path, so it is never kept
+    (cache.py); the target's argmax at the pending token and at each branch input goes to
+    `Proposer.commit_branch`. A proposer reuses its `depths` and `sees` tuples step after step (the window's
+    shape is fixed), and the mask structure is cached by them (cache.branch_structure)."""
+
+    tokens: tuple[int, ...]
+    depths: tuple[int, ...]
+    sees: tuple[tuple[int, ...], ...]
+
+
 @dataclasses.dataclass
 class Draft:
     tokens: list[int]
     parents: tuple[int, ...]  # parent node of each node; -1: the pending token (root)
     q: torch.Tensor | None = None  # [nodes, V] draft distributions; None: deterministic candidates
+    branch: Branch | None = None  # inputs run alongside and never kept (lookahead decoding's window)
 
     @property
     def depths(self) -> list[int]:
@@ -60,7 +77,7 @@ class Draft:
             return self
         new = {j: i for i, j in enumerate(keep)}
         return Draft([self.tokens[j] for j in keep], tuple(new.get(self.parents[j], -1) for j in keep),
-                     None if self.q is None else self.q[keep])
+                     None if self.q is None else self.q[keep], self.branch)
 
 
 EMPTY = Draft([], ())
@@ -111,11 +128,14 @@ def tree_options(tree: list[tuple[int, int, int]], k_max: int) -> list[tuple[int
 class DraftPlan:
     """What a proposer drafts given the spec's K: the largest K it honours, the (K, depth of the draft it
     gives) choices adaptive K picks from, and whether K is a depth (a chain: the engine caps it by what a
-    request can still keep) or a tree's node budget (the engine prunes nodes deeper than that)."""
+    request can still keep) or a tree's node budget (the engine prunes nodes deeper than that). A drafting
+    step costs adaptive K `overhead + width·K` draft tokens (scheduler.best_option)."""
 
     k_max: int
     options: tuple[tuple[int, int], ...]
     k_is_depth: bool = True
+    overhead: float = 0.0  # draft-token equivalents each drafting step costs whatever K (lookahead's window)
+    width: float = 1.0     # verified tokens per unit of K (lookahead: up to G candidates per depth)
 
     @classmethod
     def chain(cls, k_max: int) -> "DraftPlan":
@@ -171,6 +191,13 @@ class Proposer:
     def commit(self, paths: list[list[int]], hidden: torch.Tensor) -> None:
         """After verification: paths[b] = request b's accepted draft nodes; hidden [B, T, H] of the verify
         inputs (input 0: the pending token, input 1 + j: draft node j)."""
+
+    def commit_branch(self, outputs: list[list[int] | None]) -> None:
+        """After verification, before `commit`, when some draft had a Branch: outputs[b] = the target's argmax
+        at row b's pending token followed by one per branch input (None: that row ran no branch)."""
+
+    def release(self, row: int) -> None:
+        """The request in `row` ended (before its row is refilled or another row moves into it)."""
 
 
 class HeadProposer(Proposer):

@@ -100,14 +100,22 @@ def expected_tokens(alpha: float, depth: int) -> float:
     return depth + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (depth + 1)) / (1.0 - alpha)
 
 
-def best_option(alpha: float, options: Sequence[tuple[int, int]], cost: float) -> int:
-    """The draft budget maximising the ideal speedup E[τ](α, depth) / (1 + budget·c) (ties: the smaller)."""
+def best_option(alpha: float, options: Sequence[tuple[int, int]], cost: float, overhead: float = 0.0,
+                width: float = 1.0) -> int:
+    """The draft budget maximising the ideal speedup E[τ](α, depth) / (1 + (overhead + width·budget)·c) (ties:
+    the smaller). `overhead`: draft-token equivalents a drafting step costs whatever its budget (lookahead's
+    window), `width`: verified tokens per unit of budget (lookahead's G candidates per depth)."""
+    return _best(alpha, options, cost, overhead, width)[0]
+
+
+def _best(alpha: float, options: Sequence[tuple[int, int]], cost: float, overhead: float,
+          width: float) -> tuple[int, float]:
     best, best_gain = options[0][0], -1.0
     for budget, depth in options:
-        gain = expected_tokens(alpha, depth) / (1.0 + budget * cost)
+        gain = expected_tokens(alpha, depth) / (1.0 + (overhead + width * budget) * cost)
         if gain > best_gain + 1e-9:
             best, best_gain = budget, gain
-    return best
+    return best, best_gain
 
 
 class AdaptiveK:
@@ -118,13 +126,17 @@ class AdaptiveK:
     depth) that maximises the ideal speedup E[τ](α̂, depth) / (1 + budget·c): options are (k, k) for
     k_min..k_max for chains and (first n nodes, their depth) for a tree; c is the cost of one draft token in
     target steps. So K grows while drafts are accepted and shrinks as α̂ falls. When α̂ stays below `fallback`
-    (after `history` steps) the request decodes plainly (K = 0) for `history` steps, then probes once with the
-    smallest option; the probe's acceptance restarts α̂. Deterministic given the acceptance history (seeded
+    (after `history` steps), or a drafter with a fixed per-step cost (`overhead`) no longer pays for it
+    (`pays`), the request decodes plainly (K = 0) for `history` steps (such a drafter: twice as long after
+    each failed probe, up to 16x), then probes once with the smallest option; the probe's acceptance restarts
+    α̂. Deterministic given the acceptance history (seeded
     sampling stays reproducible).
     """
 
-    def __init__(self, options: Sequence[tuple[int, int]], cfg: AdaptiveConfig, cost: float = DRAFT_COST):
+    def __init__(self, options: Sequence[tuple[int, int]], cfg: AdaptiveConfig, cost: float = DRAFT_COST,
+                 overhead: float = 0.0, width: float = 1.0):
         k_max = max((b for b, _ in options), default=0)
+        self.overhead, self.width = overhead, width
         self.k_max = k_max
         self.options = sorted(o for o in options if o[0] >= min(cfg.min_draft_tokens, k_max)) or [(0, 0)]
         self.k_min = self.options[0][0]
@@ -133,10 +145,17 @@ class AdaptiveK:
         self.alpha: float | None = None
         self.acc = self.trials = 0.0
         self.steps, self.off, self.probing = 0, 0, False
+        self.failed_probes = 0  # in a row (backoff of drafters with an overhead)
 
     @property
     def k(self) -> int:
-        return self.k_max if self.alpha is None else best_option(self.alpha, self.options, self.cost)
+        return self.k_max if self.alpha is None else best_option(self.alpha, self.options, self.cost,
+                                                                 self.overhead, self.width)
+
+    def pays(self) -> bool:
+        """A drafter with a fixed per-step cost (overhead > 0: a lookahead branch) pays only while its best
+        option's ideal speedup exceeds 1; below, it falls back like a low acceptance does."""
+        return self.overhead <= 0 or _best(self.alpha, self.options, self.cost, self.overhead, self.width)[1] > 1.0
 
     def next_k(self) -> int:
         if self.off > 0:
@@ -149,6 +168,7 @@ class AdaptiveK:
         if k == 0 or depth == 0:
             return
         trials = accepted + (1 if accepted < depth else 0)  # drafts tested: the accepted ones and the rejected one
+        probe = self.probing
         if self.probing or self.alpha is None:
             self.steps = self.history if self.probing else self.steps + 1  # a probe decides at once
             self.probing, self.acc, self.trials = False, float(accepted), float(trials)
@@ -157,8 +177,13 @@ class AdaptiveK:
             self.trials += self.weight * (trials - self.trials)
             self.steps += 1
         self.alpha = self.acc / self.trials
-        if self.steps >= self.history and self.alpha < self.fallback:
-            self.off = self.history
+        if self.steps >= self.history and (self.alpha < self.fallback or not self.pays()):
+            # a drafter whose every step costs (overhead > 0) backs off while its probes keep failing: each
+            # failed probe doubles the plain stretch (at most 16x), so a probe costs a few % at most
+            self.failed_probes = self.failed_probes + 1 if probe and self.overhead > 0 else 0
+            self.off = self.history << min(self.failed_probes, 4)
+        elif probe:
+            self.failed_probes = 0
 
 
 def load_cap(k_max: int, active: int) -> int:
@@ -240,7 +265,7 @@ class Request:
 
     def __init__(self, prompt: list[int], params: SamplingParams, on_event: Callable[[StepEvent], None],
                  eos: frozenset[int], k_max: int, adaptive: AdaptiveConfig, options: Sequence[tuple[int, int]],
-                 cost: float, tokenizer=None):
+                 cost: float, tokenizer=None, plan_cost: tuple[float, float] = (0.0, 1.0)):
         self.id = f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
         self.prompt, self.params, self.on_event, self.eos = prompt, params, on_event, eos
         self.seq: list[int] = list(prompt)
@@ -250,7 +275,8 @@ class Request:
             self.gen.manual_seed(params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little"))
         fixed = params.num_draft_tokens
         self.fixed_k = None if fixed is None else min(fixed, k_max)
-        self.adaptive = AdaptiveK(options, adaptive if fixed is None else AdaptiveConfig(enabled=False), cost)
+        self.adaptive = AdaptiveK(options, adaptive if fixed is None else AdaptiveConfig(enabled=False), cost,
+                                  *plan_cost)  # (overhead, width) of the proposer's DraftPlan
         self.use_adaptive = fixed is None and adaptive.enabled
         self.load_capped = fixed is None and (params.greedy or params.seed is None)  # see load_cap
         self.text = None if tokenizer is None else TextStream(tokenizer, params.stop)

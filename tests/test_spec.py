@@ -33,7 +33,7 @@ def test_there_are_at_least_twelve_broken_specs():
     assert len(BROKEN) >= 12
 
 
-@pytest.mark.parametrize("name", ["draft-model", "medusa", "eagle", "lookahead"])
+@pytest.mark.parametrize("name", ["draft-model", "medusa", "eagle", "lookahead", "ngram", "suffix"])
 def test_demo_specs_load(name):
     spec = load_spec(DEMO / f"{name}.toml")
     assert spec.method == name
@@ -52,7 +52,7 @@ def test_check_broken_spec_names_the_key(path):
 
 
 @needs_demo_models
-@pytest.mark.parametrize("name", ["draft-model", "medusa", "eagle", "lookahead"])
+@pytest.mark.parametrize("name", ["draft-model", "medusa", "eagle", "lookahead", "ngram", "suffix"])
 def test_check_demo_specs_pass(name):
     result = CliRunner().invoke(main, ["check", "-c", str(DEMO / f"{name}.toml")])
     assert result.exit_code == 0, result.output

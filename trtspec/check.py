@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from trtspec import backends
+from trtspec import backends, methods
 from trtspec.errors import ModelError, PairError, SpecError, TrtspecError
 from trtspec.spec import Spec, check_paths
 
@@ -79,5 +79,6 @@ def run_check(spec: Spec, models: bool = True, engines: Path | None = Path("engi
             return report
         report.pair = pair.to_dict()
         report.add(PairError, [str(p) for p in pair.problems])
+    report.notes.extend(methods.get(spec.method).notes(spec))
     backends.for_spec(spec).check(spec, report, models=models, engines=engines, server_version=server_version)
     return report

@@ -92,9 +92,34 @@ class ModelSection(_Strict):
 
 
 class LookaheadSection(_Strict):
-    window: int = Field(4, ge=1, le=64, description="W: lookahead window size")
-    ngram: int = Field(3, ge=1, le=16, description="N: n-gram size")
-    verification_set: int = Field(4, ge=0, le=64, description="G: verification set size")
+    """Lookahead decoding (Fu et al., ICML 2024): TensorRT-LLM's lookahead_window_size / _ngram_size /
+    _verification_set_size, 1:1."""
+
+    window: int = Field(4, ge=1, le=64, description="W: Jacobi window size (n-grams the lookahead branch grows)")
+    ngram: int = Field(3, ge=1, le=16, description="N: n-gram size (at most N - 1 tokens accepted per step)")
+    verification_set: int = Field(4, ge=0, le=64, description="G: n-grams verified per step")
+
+
+class NgramSection(_Strict):
+    """Prompt lookup (method ngram): the LLM API's NGram drafter."""
+
+    max_matching: int = Field(3, ge=1, le=16, description="longest n-gram matched at the end of the sequence "
+                              "(the LLM API's max_matching_ngram_size)")
+    candidates: int = Field(4, ge=1, le=64, description="continuations verified together as a trie (torch)")
+
+
+class SuffixSection(_Strict):
+    """SuffixDecoding (arXiv 2411.04975; vLLM's suffix_decoding_* keys). The cross-request cache is off by
+    default: it speculates one request's text from another's outputs, so it can carry one user's text into
+    another user's speculation (never into the output: verification keeps that exact)."""
+
+    max_depth: int = Field(24, ge=2, le=256, description="suffix tree depth: match + speculation length")
+    max_spec_factor: float = Field(1.0, ge=0.0, le=64.0, description="alpha: speculate up to alpha * match + offset")
+    max_spec_offset: float = Field(0.0, ge=-64.0, le=64.0, description="offset of the speculation length")
+    min_token_prob: float = Field(0.1, ge=0.0, le=1.0, description="stop where the path's frequency falls below")
+    cache_requests: int = Field(0, ge=0, le=1 << 20, description="earlier requests' outputs kept for all "
+                                "requests (FIFO); 0: off (the default: see the docstring)")
+    cache_tokens: int = Field(1 << 20, ge=1, le=1 << 28, description="bound on the cached requests' tokens")
 
 
 class AdaptiveSection(_Strict):
@@ -128,6 +153,8 @@ class SpeculativeSection(_Strict):
     schedule: Schedule | None = Field(None, description="K by load: {smallest batch size of a band = K}, e.g. "
                                       "{1 = 4, 4 = 2} (trtspec tune writes it; TensorRT-LLM's draft_len_schedule)")
     lookahead: LookaheadSection = LookaheadSection()
+    ngram: NgramSection = NgramSection()
+    suffix: SuffixSection = SuffixSection()
     adaptive: AdaptiveSection = AdaptiveSection()
 
 

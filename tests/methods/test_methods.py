@@ -15,7 +15,7 @@ from trtspec.errors import SpecError
 from trtspec.methods.lookahead import lookahead_max_draft_len
 from trtspec.spec import spec_from_dict
 
-BUILTIN = ("draft-model", "medusa", "eagle", "lookahead", "none")
+BUILTIN = ("draft-model", "medusa", "eagle", "lookahead", "ngram", "suffix", "none")
 
 
 def _spec(**speculative):
@@ -23,8 +23,8 @@ def _spec(**speculative):
 
 
 def test_the_registry_holds_the_builtin_methods_in_the_specs_order():
-    assert methods.names()[:5] == BUILTIN
-    assert [m.name for m in methods.registered()][:5] == list(BUILTIN)
+    assert methods.names()[:7] == BUILTIN
+    assert [m.name for m in methods.registered()][:7] == list(BUILTIN)
     with pytest.raises(SpecError, match="unknown speculative method 'medussa'"):
         methods.get("medussa")
     with pytest.raises(ValueError, match="taken"):
@@ -35,7 +35,7 @@ def test_an_unknown_method_is_refused_as_a_literal_listing_the_names():
     with pytest.raises(SpecError) as err:
         spec_from_dict(_spec(method="medussa"))
     assert err.value.problems == ["speculative.method = 'medussa': Input should be 'draft-model', 'medusa', 'eagle', "
-                                  "'lookahead' or 'none' (fix: use one of the allowed values)"]
+                                  "'lookahead', 'ngram', 'suffix' or 'none' (fix: use one of the allowed values)"]
     with pytest.raises(SpecError, match=r"speculative\.method = 3: Input should be 'draft-model'"):
         spec_from_dict(_spec(method=3))
 
@@ -69,7 +69,7 @@ def test_the_llmapi_refusal_of_medusa_names_the_methods_it_serves():
     (problem,) = err.value.problems
     assert problem.startswith("speculative.method = 'medusa': the TensorRT-LLM LLM API (PyTorch backend) does not "
                               "support Medusa")
-    assert problem.endswith("or method draft-model, eagle or lookahead)")
+    assert problem.endswith("or method draft-model, eagle, ngram or suffix)")
 
 
 def _compared_names(path: Path) -> list[tuple[int, str]]:

@@ -16,7 +16,9 @@ from transformers import AutoTokenizer
 from tests.runtime.family import VOCAB, engine
 from trtspec.methods.draft_model import DraftModelProposer
 from trtspec.methods.eagle import EagleProposer
-from trtspec.methods.lookahead import NgramProposer
+from trtspec.methods.lookahead import LookaheadProposer
+from trtspec.methods.ngram import NgramProposer
+from trtspec.methods.suffix import SuffixProposer
 from trtspec.methods.medusa import MedusaProposer
 from trtspec.runtime import AdaptiveConfig, Llama, Proposer, SamplingParams, SpecEngine
 
@@ -56,7 +58,9 @@ METHODS = {
     "medusa-tree": (lambda root: MedusaProposer(root / "medusa", TREE), 6),
     "eagle-chain": (lambda root: EagleProposer(root / "eagle"), 4),
     "eagle-tree": (lambda root: EagleProposer(root / "eagle", TREE), 6),
-    "lookahead": (lambda root: NgramProposer(3, 4), 4),
+    "lookahead": (lambda root: LookaheadProposer(4, 3, 4), 4),
+    "ngram": (lambda root: NgramProposer(3, 4), 4),
+    "suffix": (lambda root: SuffixProposer(), 6),
 }
 MAX_NEW = 12
 ROWS = 3  # < the largest batch drawn: rows get refilled

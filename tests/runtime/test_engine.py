@@ -57,6 +57,8 @@ CASES = {
     "eagle-chain": dict(method="eagle", k=4),
     "eagle-tree": dict(method="eagle", k=6, choices=TREE),
     "lookahead": dict(method="lookahead", k=4),
+    "ngram": dict(method="ngram", k=4),
+    "suffix": dict(method="suffix", k=8),
 }
 
 

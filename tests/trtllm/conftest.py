@@ -43,6 +43,7 @@ METHOD_BODIES = {
     "eagle": '[speculative]\nmethod = "eagle"\nheads = "eagle"\nnum_draft_tokens = 4\n',
     "lookahead": ('[speculative]\nmethod = "lookahead"\nnum_draft_tokens = 4\n'
                   '[speculative.lookahead]\nwindow = 4\nngram = 3\nverification_set = 4\n'),
+    "ngram": '[speculative]\nmethod = "ngram"\nnum_draft_tokens = 4\n[speculative.ngram]\nmax_matching = 2\n',
     "none": '[speculative]\nmethod = "none"\n',
 }
 

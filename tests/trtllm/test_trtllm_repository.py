@@ -18,7 +18,7 @@ from trtspec.errors import RepositoryError
 from trtspec.repository import pbtxt
 from trtspec.repository.trtllm import (OMITTED_PARAMETERS, install_upstream_files, missing_files, relocate_repository,
                                        render_engine_repository, render_llmapi_repository)
-from trtspec.methods.lookahead import ngram_config
+from trtspec.methods.ngram import ngram_config
 from trtspec.repository.trtllm.llmapi import speculative_config
 
 # Every ${...} key of the upstream tensorrt_llm/config.pbtxt template (reference §3.3), with the
@@ -278,13 +278,15 @@ def test_llmapi_eagle_needs_an_eagle3_head(make_spec, workdir):
     assert sc == {"decoding_type": "Eagle3", "max_draft_len": 4, "speculative_model": str((workdir / "eagle").resolve())}
 
 
-def test_llmapi_refuses_medusa_and_maps_lookahead_to_ngram(make_spec):
+def test_llmapi_refuses_medusa_and_lookahead_and_maps_ngram(make_spec):
     spec = make_spec("medusa")  # a trtllm-engine spec; the llmapi mapping still refuses the method
     with pytest.raises(RepositoryError, match="PyTorch backend"):
         speculative_config(spec)
-    ng = ngram_config(make_spec("lookahead"))
+    with pytest.raises(RepositoryError, match="TensorRT engines only"):  # Jacobi lookahead (issue 12)
+        speculative_config(make_spec("lookahead"))
+    ng = ngram_config(make_spec("ngram", kind="trtllm-llmapi"))
     assert ng["decoding_type"] == "NGram" and ng["max_matching_ngram_size"] == 2
-    assert speculative_config(make_spec("lookahead")) == ng
+    assert speculative_config(make_spec("ngram", kind="trtllm-llmapi")) == ng
 
 
 def test_no_config_is_written_from_a_template():

@@ -9,10 +9,12 @@ LLM-API speculative_config; the interface is trtspec/methods/base.py), and every
 | draft-model | speculative.draft | a small LM's sampled chain       | 2 engines, the BLS  | Draft_Target |
 | medusa      | speculative.heads | top-i of heads on the last state | medusa              | refused      |
 | eagle       | speculative.heads | a one-layer feature-level head   | eagle (no PP)       | Eagle3 only  |
-| lookahead   | -                 | prompt-lookup n-grams, a trie    | lookahead_decoding  | NGram        |
+| lookahead   | -                 | Jacobi window + n-gram pool      | lookahead_decoding  | refused      |
+| ngram       | -                 | prompt-lookup n-grams, a trie    | refused             | NGram        |
+| suffix      | -                 | suffix trees, adaptive length    | refused             | SA (>= 1.3)  |
 | none        | -                 | nothing (plain decoding)         | a plain engine      | plain        |
 
-(modules draft_model.py, medusa.py, eagle.py, lookahead.py, none.py). Adding a method = one module here (a
+(modules draft_model.py, medusa.py, eagle.py, lookahead.py, ngram.py, suffix.py, none.py). Adding a method = one module here (a
 Method subclass) and its line below; a plug-in registered at run time (`register`) is accepted by the spec,
 checked, and run by the torch runtime; the TensorRT-LLM runtimes refuse a method that declares no engine or
 LLM-API mapping.
@@ -55,9 +57,10 @@ def registered() -> tuple[Method, ...]:
     return tuple(_METHODS.values())
 
 
-from trtspec.methods import draft_model, eagle, lookahead, medusa, none  # noqa: E402
+from trtspec.methods import draft_model, eagle, lookahead, medusa, ngram, none, suffix  # noqa: E402
 
-for _m in (draft_model.DraftModel(), medusa.Medusa(), eagle.Eagle(), lookahead.Lookahead(), none.Plain()):
+for _m in (draft_model.DraftModel(), medusa.Medusa(), eagle.Eagle(), lookahead.Lookahead(), ngram.Ngram(),
+           suffix.Suffix(), none.Plain()):
     register(_m)
 
 __all__ = ["Method", "get", "names", "raise_first", "register", "registered", "unregister"]

@@ -7,7 +7,7 @@ and call these hooks.
     identity      name, title, weights ("draft": speculative.draft, "heads": speculative.heads, None),
                   tree (takes speculative.choices), drafts (False: plain decoding)
     spec rules    problems(spec); engine_problems(spec) and llmapi_problems(spec), which the TensorRT-LLM
-                  runtimes ask for
+                  runtimes ask for; notes(spec): what `trtspec check` adds without failing
     pair rules    drafter(spec), pair_problems(spec, target), weight_problems(spec, target)
     checkpoints   checkpoints(spec) -> {role: dir}: what the torch build copies, the LLM API loads, a bundle ships
     torch         proposer(spec, device) -> Proposer (trtspec/runtime/proposer.py)
@@ -93,6 +93,10 @@ class Method:
                                      "draft token (TensorRT-LLM's max_draft_len)",
                                      f"set num_draft_tokens >= {len(s.choices)} or prune the tree"))
         return p
+
+    def notes(self, spec: Spec) -> list[str]:
+        """What `trtspec check` tells about the method without failing (a changed meaning, a privacy trade)."""
+        return []
 
     def engine_problems(self, spec: Spec, pp: int | None = None) -> list[Problem]:
         """Why the spec cannot become TensorRT-LLM engines (spec alone, no file read): asked for runtime

@@ -7,8 +7,9 @@ holds the `LLM(...)` arguments, `speculative_config` included, and `triton_confi
     eagle         decoding_type: Eagle3, max_draft_len: K, speculative_model: <heads dir>  (EAGLE-3 heads only)
     none          (none)
     medusa        refused: the PyTorch backend does not support Medusa (TensorRT engine path only)
-    lookahead     decoding_type: NGram (prompt-lookup n-gram drafting, the PyTorch backend's training-free
-                  drafter; LookaheadDecodingConfig itself is TensorRT-engine only), see lookahead.ngram_config
+    ngram         decoding_type: NGram (prompt-lookup n-gram drafting), see methods/ngram.ngram_config
+    suffix        decoding_type: SA (TensorRT-LLM >= 1.3.0rc27; refused before), see methods/suffix.py
+    lookahead     refused: LookaheadDecodingConfig is TensorRT-engine only (use runtime trtllm-engine)
 
 `1/model.py` and `1/helpers.py` come from the container (/app/all_models/llmapi/tensorrt_llm/1/).
 """

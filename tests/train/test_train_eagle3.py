@@ -146,3 +146,22 @@ def test_the_draft_vocabulary_is_the_most_frequent_trained_tokens():
     samples = [{"ids": [9, 1, 1, 1, 2, 2, 3, 7, 7, 7, 7], "prompt_len": 1}]  # the prompt (9) is not counted
     used = drafters.draft_vocabulary(samples, 3, 10, always=(5,))
     assert used.tolist() == [1, 5, 7]
+
+
+def test_more_samples_answer_only_the_new_prompts(tiny, tmp_path):
+    """Sample i is prompt i of a seeded order with its own seed: asking for more samples keeps the ones made
+    (nothing answered again), asking for fewer takes the first ones."""
+    import dataclasses
+    import shutil
+
+    from trtspec.artifacts.tokenizer import load_tokenizer
+
+    root, target, _, cfg, _ = tiny
+    shutil.copytree(root / "work", tmp_path / "w")
+    tok = load_tokenizer(target)
+    made = []
+    report = lambda phase, step, total, loss: made.append(step)  # noqa: E731
+    more = drafters.make_data(tmp_path / "w", target, dataclasses.replace(cfg, samples=14), tok, report, print)
+    assert len(more["samples"]) == 14 and made == [14]  # one batch: the 2 new prompts
+    fewer = drafters.make_data(tmp_path / "w", target, dataclasses.replace(cfg, samples=5), tok, report, print)
+    assert fewer["samples"] == more["samples"][:5] and made == [14]

@@ -80,7 +80,7 @@ class TrainConfig:
 
     def data_key(self, target: dict[str, Any]) -> str:
         return digest({"target": target, **{k: getattr(self, k) for k in (
-            "data", "samples", "max_new_tokens", "temperature", "top_p", "text_tokens", "seed")}})
+            "data", "max_new_tokens", "temperature", "top_p", "text_tokens", "seed")}})
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -142,7 +142,9 @@ def _engine(target: Path, spec_extra: dict[str, Any], batch: int, max_in: int, m
 
 
 def make_data(work: Path, target: Path, cfg: TrainConfig, tok, report: Reporter, log) -> dict[str, Any]:
-    """Stage 1: data.jsonl ({"ids", "prompt_len"} per sample; appended while generating, so resumable)."""
+    """Stage 1: data.jsonl ({"ids", "prompt_len"} per sample; appended while generating, so resumable). Sample
+    i is prompt order[i] of a seeded order answered with its own seed, so a longer run's first N samples are
+    a shorter run's: --samples can grow (or shrink) without answering anything again."""
     import random
 
     from trtspec.runtime import SamplingParams
@@ -153,7 +155,7 @@ def make_data(work: Path, target: Path, cfg: TrainConfig, tok, report: Reporter,
     meta = read_json(meta_path)
     if meta is None or meta.get("key") != key:
         path.unlink(missing_ok=True)
-        meta = {"key": key, "mode": mode, "done": False}
+        meta = {"key": key, "mode": mode}
         write_json(meta_path, meta)
     if path.is_file():  # a run killed mid-line: keep the whole lines
         text = path.read_text()
@@ -162,14 +164,13 @@ def make_data(work: Path, target: Path, cfg: TrainConfig, tok, report: Reporter,
     have = path.read_text().count("\n") if path.is_file() else 0
     t0 = time.perf_counter()
     if mode == "text":
-        if not meta["done"]:
-            ids = [i for text in items for i in list(tok(text)["input_ids"]) + [_eos(tok)]]
-            n = cfg.text_tokens
-            chunks = [ids[i:i + n] for i in range(0, len(ids) - 1, n)][: cfg.samples]
-            with path.open("w") as f:
-                for c in chunks:
-                    f.write(json.dumps({"ids": c, "prompt_len": 0}) + "\n")
-    elif not meta["done"]:
+        ids = [i for text in items for i in list(tok(text)["input_ids"]) + [_eos(tok)]]
+        n = cfg.text_tokens
+        chunks = [ids[i:i + n] for i in range(0, len(ids) - 1, n)][: cfg.samples]
+        with path.open("w") as f:
+            for c in chunks:
+                f.write(json.dumps({"ids": c, "prompt_len": 0}) + "\n")
+    elif have < cfg.samples:
         order = list(range(len(items)))
         random.Random(cfg.seed).shuffle(order)
         order = [order[i % len(order)] for i in range(cfg.samples)]  # a small set is answered again (sampled)
@@ -190,12 +191,12 @@ def make_data(work: Path, target: Path, cfg: TrainConfig, tok, report: Reporter,
                     report("data", chunk[-1] + 1, len(prompts), None)
         finally:
             engine.close()
-    meta.update(done=True, mode=mode, heldout=held, wall_s=round(meta.get("wall_s", 0) + time.perf_counter() - t0, 1))
+    meta.update(mode=mode, wall_s=round(meta.get("wall_s", 0) + time.perf_counter() - t0, 1))
     write_json(meta_path, meta)
-    samples = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    samples = [json.loads(line) for line in path.read_text().splitlines() if line.strip()][: cfg.samples]
     log(f"data: {len(samples)} samples, {sum(len(s['ids']) for s in samples):,} tokens ({mode})")
     return {"mode": mode, "samples": samples, "heldout": held, "wall_s": meta["wall_s"],
-            "sha256": sha256_file(path), "train_items": len(items)}
+            "sha256": digest(samples), "train_items": len(items)}
 
 
 def _eos(tok) -> int:
@@ -331,9 +332,11 @@ def _gather(f: dict[str, torch.Tensor], idx: list[int], device: str) -> tuple[to
 
 
 def _lr(cfg: TrainConfig, step: int, total: int) -> float:
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    p = min(1.0, (step - cfg.warmup) / max(1, total - cfg.warmup))
+    """Linear warmup (at most a tenth of the run) then cosine down to a tenth of the peak."""
+    warmup = max(1, min(cfg.warmup, total // 10))
+    if step < warmup:
+        return cfg.lr * (step + 1) / warmup
+    p = min(1.0, (step - warmup) / max(1, total - warmup))
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
 
 

@@ -50,9 +50,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts.fs import digest, read_json, sha256_file, write_json
 from trtspec.errors import DeployError, TrtspecError
 from trtspec.names import check_name
-from trtspec.serve.control import ModelControl
+from trtspec.serve.control import REVISION_PARAM, ModelControl
 from trtspec.spec import Spec
 from trtspec.state import read_state, state_dir
 
@@ -61,8 +62,9 @@ BACKUP_PREFIX = ".trtspec-backup-"
 STAGE_PREFIX = ".trtspec-stage-"
 LOCK_FILE = ".trtspec-deploy.lock"
 CANDIDATE_SUFFIX = "__trtspec_next"
-REVISION_PARAM = "trtspec_revision"
 DEFAULT_SMOKE_PROMPT = "def main():\n    "
+KEEP_BACKUPS = 3                       # .trtspec-backup-* dirs kept in a server repository after a deploy
+RECORDS_DIR = ".deployments"           # <engines>/.deployments/<name>/<revision>.json (see records_dir)
 
 
 @dataclasses.dataclass
@@ -548,12 +550,14 @@ def deploy_spec(
     admin_key: str | None = None,
     grpc_options=None,
     candidate: bool = True,
+    keep_backups: int = KEEP_BACKUPS,
 ) -> DeployResult:
     """Deploy the spec's torch build onto the running server at `url` (HTTP HOST:PORT, explicit
     model-control mode) whose model repository is `server_repo`; see the module docstring.
     `admin_key` opens the server's restricted model-repository API; `grpc_options` (TLS, headers)
     are for the smoke test. `candidate=False` replaces a serving version in place (an outage, but
-    never two copies of the model in memory)."""
+    never two copies of the model in memory). A successful deploy writes its record (records_dir) and keeps the
+    newest `keep_backups` backups in server_repo (rollback needs the newest)."""
     start = time.perf_counter()
     url = _http_url(url)
     repo_dir, engine_dir, _lock, models = _find_build(spec, Path(out_repo), Path(out_engines))
@@ -594,11 +598,17 @@ def deploy_spec(
             client.close()
             if not d.keep_stage:
                 shutil.rmtree(stage.path, ignore_errors=True)
-    return DeployResult(name=spec.name, url=url, grpc_url=grpc, server_repo=str(server_repo), models=models,
-                        engine_dir=str(server_repo / ENGINES_SUBDIR / spec.name), replaced=d.swap.replaced,
-                        backup=str(d.swap.backup) if d.swap.replaced else None, smoke=smoke,
-                        seconds=time.perf_counter() - start, strategy="candidate" if beside else "in place",
-                        revision=revision)
+        result = DeployResult(name=spec.name, url=url, grpc_url=grpc, server_repo=str(server_repo), models=models,
+                              engine_dir=str(server_repo / ENGINES_SUBDIR / spec.name), replaced=d.swap.replaced,
+                              backup=str(d.swap.backup) if d.swap.replaced else None, smoke=smoke,
+                              seconds=time.perf_counter() - start, strategy="candidate" if beside else "in place",
+                              revision=revision)
+        write_record(Path(out_engines), spec.name, {
+            "kind": "deploy", **result.to_dict(), "previous_revisions": revisions,
+            "lock": {"digest": digest(_lock), "outputs": _lock.get("outputs")},
+            "configs": {m: sha256_file(server_repo / m / "config.pbtxt") for m in models}})
+        prune_backups(server_repo, keep_backups)
+    return result
 
 
 def _run(d: _Deploy, previous: list[str], rollback: bool, beside: bool) -> SmokeResult:
@@ -675,3 +685,148 @@ def _rollback(client: ModelControl, swap: _Swap, models: list[str], previous: li
     not_ready = [m for m in previous if m not in client.ready(previous)]
     if not_ready:
         raise _StepFailed("rollback", f"{', '.join(not_ready)} not ready after the rollback")
+
+
+# --------------------------------------------------------------------------------------------
+# Records, backups, rollback
+# --------------------------------------------------------------------------------------------
+
+
+def records_dir(out_engines: Path, name: str) -> Path:
+    """Where a deployment's records live: `<engines>/.deployments/<name>/`, beside the build output
+    `<engines>/<name>/` rather than in it (the build lock hashes every file there and a rebuild replaces the
+    directory whole)."""
+    return Path(out_engines).resolve() / RECORDS_DIR / check_name(name, "deployment name", DeployError)
+
+
+def write_record(out_engines: Path, name: str, record: dict[str, Any]) -> Path:
+    """One JSON record per deploy or rollback, named by its revision (sortable by time), written atomically."""
+    record = {"format": 1, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **record}
+    path = records_dir(out_engines, name) / f"{record['revision']}.json"
+    write_json(path, record)
+    return path
+
+
+def read_records(out_engines: Path, name: str, server_repo: Path | None = None) -> list[dict[str, Any]]:
+    """The records, oldest first (unreadable files skipped); only those for `server_repo` when given."""
+    folder = records_dir(out_engines, name)
+    out = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        rec = read_json(path)
+        if isinstance(rec, dict) and rec.get("revision") and (
+                server_repo is None or rec.get("server_repo") == str(Path(server_repo).resolve())):
+            out.append({**rec, "_path": str(path)})
+    return out
+
+
+def prune_backups(server_repo: Path, keep: int) -> list[str]:
+    """Remove all but the newest `keep` backup dirs (names sort by time); returns the removed ones."""
+    backups = sorted(p for p in Path(server_repo).glob(f"{BACKUP_PREFIX}*") if p.is_dir())
+    gone = backups[:max(0, len(backups) - max(keep, 1))]
+    for p in gone:
+        _remove(p)
+    return [p.name for p in gone]
+
+
+def _served_revisions(client: ModelControl, models: list[str]) -> dict[str, str | None]:
+    return {m: _revision(client, m) if client.model_ready(m) else None for m in models}
+
+
+def _config_revision(model_dir: Path) -> str | None:
+    from trtspec.repository import pbtxt
+
+    config = pbtxt.read_config(model_dir / "config.pbtxt")
+    return config.parameters[REVISION_PARAM].string_value if REVISION_PARAM in config.parameters else None
+
+
+@dataclasses.dataclass
+class RollbackResult:
+    name: str
+    url: str
+    server_repo: str
+    models: list[str]
+    from_revision: str                 # what served before the rollback
+    to_revision: str | None            # what serves now (the previous deployment's)
+    record: str                        # the deploy record rolled back
+    backup: str                        # where the rolled-back files are kept
+    smoke: SmokeResult | None
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["smoke"] = self.smoke.to_dict() if self.smoke else None
+        return d
+
+
+def rollback_spec(spec: Spec, url: str, server_repo: str | Path, *, grpc_url: str | None = None,
+                  out_engines: str | Path = "engines", timeout: float = 300.0, admin_key: str | None = None,
+                  grpc_options=None, smoke_prompt: str = DEFAULT_SMOKE_PROMPT, smoke_tokens: int = 32
+                  ) -> RollbackResult:
+    """Roll the deployment on the server at `url` back to the version before its newest deploy record: that
+    record's backup moves back under the serving names (what served moves to a new backup), each model is
+    loaded again beside its running instance, and a greedy smoke request (speculative = plain) must pass.
+    Only the newest record not yet rolled back, and only while it is what serves. On failure the files
+    swap back and the models reload (a DeployError says what happened). Rolling back again goes one record
+    further back, while its backup is kept (KEEP_BACKUPS)."""
+    start = time.perf_counter()
+    url = _http_url(url)
+    server_repo = Path(server_repo).resolve()
+    records = [r for r in read_records(Path(out_engines), spec.name, server_repo)
+               if r.get("kind") == "deploy" and not r.get("rolled_back")]
+    hint = f"records are kept by `trtspec deploy` under {records_dir(Path(out_engines), spec.name)}"
+    if not records:
+        raise DeployError(f"no deploy of {spec.name!r} to {server_repo} to roll back", hint=hint)
+    rec = records[-1]
+    backup = Path(rec["backup"]) if rec.get("backup") else None
+    if backup is None or not backup.is_dir() or not rec.get("replaced"):
+        raise DeployError(f"the newest deploy of {spec.name!r} ({rec['revision']}) replaced nothing, or its backup "
+                          f"is gone: there is no previous version to roll back to", hint=hint)
+    models, items = list(rec["models"]), list(rec["replaced"])
+    _check_server(url)
+    grpc = resolve_grpc_url(url, grpc_url, spec)
+    with _deploy_lock(server_repo):
+        with ModelControl(url, admin_key, timeout) as client:
+            try:
+                serving = _served_revisions(client, models)
+            except Exception as exc:  # noqa: BLE001
+                raise DeployError(f"cannot control models on {url}: {_message(exc)}",
+                                  hint="check --url and the admin key (--admin-key)") from None
+            stale = sorted({str(v) for v in serving.values() if v != rec["revision"]})
+            if stale:
+                raise DeployError(f"{url} serves revision {', '.join(stale)} of {spec.name!r}, not the newest "
+                                  f"deploy record's ({rec['revision']})",
+                                  hint="roll back only what serves: deploy again, or check --url/--server-repo")
+            target = {m: _config_revision(backup / m) for m in models if (backup / m / "config.pbtxt").is_file()}
+            revision = _stamp()
+            kept = server_repo / f"{BACKUP_PREFIX}{revision}"
+            moved: list[str] = []
+            try:
+                for rel in items:  # what serves -> the new backup; the previous version -> the serving names
+                    (kept / rel).parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(server_repo / rel, kept / rel)
+                    os.replace(backup / rel, server_repo / rel)
+                    moved.append(rel)
+                _reload(client, models, target, url, "rollback")
+                smoke = smoke_test(grpc, smoke_prompt, model=models[0], max_tokens=smoke_tokens, timeout=timeout,
+                                   grpc_options=grpc_options)
+            except (_StepFailed, OSError, Exception) as exc:  # noqa: BLE001 - undo, then say what failed
+                why = exc.message if isinstance(exc, _StepFailed) else _message(exc)
+                try:
+                    for rel in reversed(moved):
+                        os.replace(server_repo / rel, backup / rel)
+                        os.replace(kept / rel, server_repo / rel)
+                    shutil.rmtree(kept, ignore_errors=True)
+                    _reload(client, models, serving, url, "undo")
+                except Exception as undo:  # noqa: BLE001
+                    raise DeployError(f"rolling back {spec.name!r} failed ({why}) and undoing it failed too: "
+                                      f"{undo.message if isinstance(undo, _StepFailed) else _message(undo)}",
+                                      hint="check the server log and its repository by hand") from None
+                raise DeployError(f"rolling back {spec.name!r} on {url} failed: {why}; undone: revision "
+                                  f"{rec['revision']} serves as before", hint="see the server log") from None
+        shutil.rmtree(backup, ignore_errors=True)  # emptied: its files serve again
+        write_json(Path(rec["_path"]), {k: v for k, v in rec.items() if k != "_path"} | {"rolled_back": revision})
+        result = RollbackResult(spec.name, url, str(server_repo), models, rec["revision"],
+                                next(iter(target.values()), None), Path(rec["_path"]).name, str(kept), smoke,
+                                time.perf_counter() - start)
+        write_record(Path(out_engines), spec.name, {"kind": "rollback", "revision": revision, **result.to_dict()})
+    return result

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU smoke test of the trtllm-engine runtime on the demo family. Run it on a machine with an
-# NVIDIA GPU and TensorRT-LLM 1.2.x, e.g. inside nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3
+# NVIDIA GPU and TensorRT-LLM 1.2.x, e.g. inside nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3
 # with trtspec installed (its own venv is fine). Not part of `make test`: CI's CPU machines skip it.
 #
 # For each demo method it

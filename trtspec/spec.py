@@ -173,8 +173,11 @@ class TorchRuntime(_Strict):
 
 
 class TrtllmRuntime(_Strict):
+    # The defaults agree with trtspec/backends/trtllm_versions.py (26.07 is the newest container with 1.2.1).
     version: str = Field("1.2.1", description="TensorRT-LLM version of the build and serving container")
-    image: str = Field("nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3", description="Triton TRT-LLM image")
+    image: str = Field("nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3", description="Triton TRT-LLM image")
+    dtype: DType | None = Field(None, description="dtype the TensorRT-LLM runtimes build and serve (default: "
+                                "model.dtype); FP16/BF16 only")
     trtllm_build: str = Field("trtllm-build", description="command that runs trtllm-build")
     build_timeout_s: int = Field(7200, ge=1)
     kv_cache_free_gpu_mem_fraction: float | None = Field(None, gt=0.0, le=1.0)
@@ -228,6 +231,12 @@ class Spec(_Strict):
     @property
     def tokenizer_dir(self) -> Path:
         return self.model.tokenizer or self.model.target
+
+    @property
+    def trtllm_dtype(self) -> str:
+        """The dtype the TensorRT-LLM runtimes convert, build and serve: runtime.trtllm.dtype, else model.dtype
+        (a spec can keep float32 for the torch runtime and say float16 for TensorRT-LLM)."""
+        return self.runtime.trtllm.dtype or self.model.dtype
 
     @property
     def world_size(self) -> int:

@@ -60,7 +60,8 @@ def toy():
 
 def _spec(k: int = 4, runtime: str = "torch", **extra) -> dict:
     gpu = {"type": "cpu"} if runtime == "torch" else {"type": "h100"}
-    return {"schema": 1, "model": {"name": "toy", "target": str(MODELS / "target"), "dtype": "float32"},
+    dtype = "float32" if runtime == "torch" else "float16"  # TensorRT-LLM serves FP16/BF16 only (issue 13)
+    return {"schema": 1, "model": {"name": "toy", "target": str(MODELS / "target"), "dtype": dtype},
             "speculative": {"method": NAME, "num_draft_tokens": k, "adaptive": {"enabled": False}, **extra},
             "limits": {"max_batch_size": 2, "max_input_len": 64, "max_output_len": 24},
             "runtime": {"kind": runtime, "device": "cpu" if runtime == "torch" else "cuda"}, "gpu": gpu}

@@ -131,5 +131,5 @@ def test_bundle_llmapi(make_spec, build_opts, workdir):
     out = bundle(spec, workdir / "b2", engines_root=workdir / "engines", repo_root=workdir / "model_repository")
     data = yaml.safe_load((out / "models" / "api" / "tensorrt_llm" / "1" / "model.yaml").read_text())
     assert data["model"] == "/opt/trtspec/checkpoints/api/target"
-    assert data["speculative_config"]["speculative_model"] == "/opt/trtspec/checkpoints/api/speculative"
+    assert data["speculative_config"]["speculative_model_dir"] == "/opt/trtspec/checkpoints/api/speculative"
     assert (out / "checkpoints" / "api" / "speculative" / "model.safetensors").is_file()

@@ -216,7 +216,8 @@ def test_launch_commands(make_spec, workdir):
     script = launch_script_command(make_spec("draft-model"), "/models/x")
     assert "--multi-model" in script and "--world_size=1" in script
     llmapi = launch_command(make_spec("draft-model", name="api", kind="trtllm-llmapi"), "r")
-    assert llmapi[0].endswith("tritonserver") and "mpirun" not in llmapi
+    # issue 13: under `mpirun -n 1`, as upstream's launch_triton_server.py runs the llmapi model (was: bare)
+    assert llmapi[:5] == ["mpirun", "--allow-run-as-root", "-n", "1", "/opt/tritonserver/bin/tritonserver"]
 
 
 def test_upstream_files_and_relocation(make_spec, build_opts, workdir, record, tmp_path):
@@ -252,11 +253,12 @@ def test_llmapi_repository(make_spec, workdir, tmp_path, build_opts):
     files = render_llmapi_repository(spec)
     assert not [r for r, t in files.items() if "${" in t]
     cfg = _configs(files, tmp_path)["tensorrt_llm"]
-    assert cfg.backend == "python" and cfg.max_batch_size == 0  # max_batch_size/decoupled live in model.yaml
+    assert cfg.backend == "python" and cfg.max_batch_size == 0  # max_batch_size/decoupled: model.yaml and config
     data = yaml.safe_load(files["tensorrt_llm/1/model.yaml"])
     assert data["backend"] == "pytorch" and data["model"] == str((workdir / "target").resolve())
-    assert data["speculative_config"] == {"decoding_type": "Draft_Target", "max_draft_len": 4,
-                                          "speculative_model": str((workdir / "draft").resolve())}
+    # spelled as TensorRT-LLM 1.2 parses it (trtspec/backends/trtllm_versions.py; issue 13)
+    assert data["speculative_config"] == {"decoding_type": "DraftTarget", "max_draft_len": 4,
+                                          "speculative_model_dir": str((workdir / "draft").resolve())}
     assert data["disable_overlap_scheduler"] is True
     assert data["triton_config"] == {"max_batch_size": 0, "decoupled": True}
     assert (data["tensor_parallel_size"], data["pipeline_parallel_size"]) == (1, 1)
@@ -264,7 +266,7 @@ def test_llmapi_repository(make_spec, workdir, tmp_path, build_opts):
     assert (Path(res.repository) / "tensorrt_llm" / "1" / "model.yaml").is_file() and res.rebuilt == ["repository"]
     assert build(spec, build_opts()).rebuilt == []
     dry = build(spec, build_opts(dry_run=True))
-    assert dry.dry_run and "decoding_type: Draft_Target" in dry.plan[0]["shell"]
+    assert dry.dry_run and "decoding_type: DraftTarget" in dry.plan[0]["shell"]
 
 
 def test_llmapi_eagle_needs_an_eagle3_head(make_spec, workdir):
@@ -274,8 +276,10 @@ def test_llmapi_eagle_needs_an_eagle3_head(make_spec, workdir):
     cfg = json.loads((workdir / "eagle" / "config.json").read_text())
     cfg["architectures"] = ["LlamaForCausalLMEagle3"]
     (workdir / "eagle" / "config.json").write_text(json.dumps(cfg))
-    sc = speculative_config(spec)
-    assert sc == {"decoding_type": "Eagle3", "max_draft_len": 4, "speculative_model": str((workdir / "eagle").resolve())}
+    sc = speculative_config(spec)  # EAGLE-3 as TensorRT-LLM 1.2 spells it (issue 13)
+    assert {k: sc[k] for k in ("decoding_type", "eagle3_one_model", "max_draft_len", "speculative_model_dir")} == {
+        "decoding_type": "Eagle", "eagle3_one_model": True, "max_draft_len": 4,
+        "speculative_model_dir": str((workdir / "eagle").resolve())}
 
 
 def test_llmapi_refuses_medusa_and_lookahead_and_maps_ngram(make_spec):

@@ -12,14 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.backends.base import Backend, Capabilities
+from trtspec.backends.trtllm_versions import LlmapiSpelling, llmapi_spelling
 from trtspec.backends.torch import TorchBackend
 from trtspec.backends.trtllm_engine import TrtllmEngineBackend
 from trtspec.backends.trtllm_llmapi import TrtllmLlmapiBackend
 from trtspec.errors import SpecError
 from trtspec.spec import Spec
 
-__all__ = ["Backend", "Capabilities", "for_spec", "get", "kinds", "launch_command", "launch_script_command",
-           "launch_world_size", "registered"]
+__all__ = ["Backend", "Capabilities", "LlmapiSpelling", "for_spec", "get", "kinds", "launch_command",
+           "launch_script_command", "launch_world_size", "llmapi_spelling", "registered"]
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (TorchBackend(), TrtllmEngineBackend(), TrtllmLlmapiBackend())}
 

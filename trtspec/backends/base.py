@@ -67,10 +67,14 @@ class Backend:
                              f"set runtime.device = \"{caps.devices[0]}\""))
         if caps.max_world_size is not None and spec.world_size > caps.max_world_size:
             p.append(self.world_size_problem(spec))
-        if spec.model.dtype not in caps.dtypes:
-            p.append(Problem("model.dtype", spec.model.dtype, f"runtime '{self.name}' does not serve it",
-                             f"use {' or '.join(caps.dtypes)}"))
+        key, dtype = self.dtype(spec)
+        if dtype not in caps.dtypes:
+            p.append(Problem(key, dtype, f"runtime '{self.name}' does not serve it", f"use {' or '.join(caps.dtypes)}"))
         return p
+
+    def dtype(self, spec: Spec) -> tuple[str, str]:
+        """(spec key, value) of the dtype this runtime serves the spec in."""
+        return "model.dtype", spec.model.dtype
 
     def world_size_problem(self, spec: Spec) -> Problem:
         return Problem("gpu.tensor_parallel", spec.gpu.tensor_parallel,

@@ -67,7 +67,10 @@ def checkpoint_payload(spec: Spec, out: Path, manifest: dict[str, Any], repo_dst
     data = yaml.safe_load(text)
     dirs = {"target": Path(spec.model.target)}  # this machine's paths, from the spec
     sc = data.get("speculative_config") or {}
-    if "speculative_model" in sc:
+    from trtspec.backends.trtllm_versions import llmapi_spelling
+
+    key = llmapi_spelling(spec.runtime.trtllm.version).model_key()  # speculative_model_dir for 1.x
+    if key in sc:
         from trtspec import methods
 
         dirs["speculative"] = next(iter(methods.get(spec.method).checkpoints(spec).values()))
@@ -75,8 +78,8 @@ def checkpoint_payload(spec: Spec, out: Path, manifest: dict[str, Any], repo_dst
         shutil.copytree(src, out / "checkpoints" / name / role)
     data["model"] = str(img / "checkpoints" / name / "target")
     data["tokenizer"] = str(img / "tokenizer" / name)
-    if "speculative_model" in sc:
-        sc["speculative_model"] = str(img / "checkpoints" / name / "speculative")
+    if key in sc:
+        sc[key] = str(img / "checkpoints" / name / "speculative")
     yml.write_text(header + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return {"checkpoints": str(img / "checkpoints" / name)}
 

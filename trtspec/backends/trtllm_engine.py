@@ -1,12 +1,16 @@
 """Runtime `trtllm-engine`: HF -> TensorRT-LLM checkpoints (trtspec.convert), `trtllm-build` per engine
 (builders/trtllm_build.py, out of process), the tensorrtllm-backend `inflight_batcher_llm` repository
-(repository/trtllm/engine.py), served by the TRT-LLM container's tritonserver under mpirun."""
+(repository/trtllm/engine.py), served by the TRT-LLM container's tritonserver under mpirun.
+
+Legacy: TensorRT-LLM main has no engines, trtllm-build or C++ Triton backend any more, so this runtime is pinned
+to the TensorRT-LLM 1.2 containers (trtllm_versions.ENGINE_SERIES) and `trtspec check` says so."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from trtspec.backends import trtllm_versions as versions
 from trtspec.backends.trtllm import TrtllmBackend
 from trtspec.errors import BuildError
 from trtspec.spec import Problem, Spec
@@ -15,6 +19,17 @@ from trtspec.spec import Problem, Spec
 class TrtllmEngineBackend(TrtllmBackend):
     name = "trtllm-engine"
 
+    def problems(self, spec: Spec) -> list[Problem]:
+        p = super().problems(spec)
+        v = spec.runtime.trtllm.version
+        if versions.series(v) != versions.ENGINE_SERIES and v in versions.known_versions():
+            newest = [r for r in versions.RELEASES if versions.series(r.trtllm) == versions.ENGINE_SERIES][-1]
+            p.append(Problem("runtime.trtllm.version", v, f"runtime 'trtllm-engine' is pinned to TensorRT-LLM "
+                             f"{versions.ENGINE_SERIES}.x (a legacy runtime)",
+                             f"set version = \"{newest.trtllm}\" and image = \"{newest.image}\", or runtime.kind = "
+                             "\"trtllm-llmapi\""))
+        return p
+
     def method_problems(self, spec: Spec) -> list[Problem]:
         from trtspec import methods
 
@@ -22,7 +37,9 @@ class TrtllmEngineBackend(TrtllmBackend):
 
     def check(self, spec: Spec, report: Any, *, models: bool, engines: Path | None,
               server_version: str | None) -> None:
-        """The memory plan, then built engines against the serving container's TensorRT-LLM version."""
+        """The legacy note, the memory plan, then built engines against the serving container's TensorRT-LLM
+        version."""
+        report.notes.append(versions.LEGACY_NOTE)
         super().check(spec, report, models=models, engines=engines, server_version=server_version)
         engine_dir = Path(engines) / spec.name if engines is not None else None
         if engine_dir is not None and engine_dir.is_dir():

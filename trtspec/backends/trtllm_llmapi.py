@@ -1,6 +1,7 @@
 """Runtime `trtllm-llmapi`: no engine build; a Triton `llmapi` model whose model.yaml carries the LLM API's
 speculative_config (builders/llmapi_build.py, repository/trtllm/llmapi.py), loading the HF checkpoints
-itself; served by the TRT-LLM container's tritonserver alone (the LLM API starts its own workers)."""
+itself; served by the TRT-LLM container's tritonserver under `mpirun -n 1`, as upstream's launch_triton_server.py
+runs it (the LLM API spawns its TP x PP workers from that MPI world)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from trtspec.spec import Problem, Spec
 
 class TrtllmLlmapiBackend(TrtllmBackend):
     name = "trtllm-llmapi"
+    custom_versions = True  # no engines to deserialize: a newer TensorRT-LLM installed into a custom image
 
     def method_problems(self, spec: Spec) -> list[Problem]:
         from trtspec import methods
@@ -27,7 +29,7 @@ class TrtllmLlmapiBackend(TrtllmBackend):
     def emit_repository(self, spec: Spec, repo_dir: Path, engine_dir: Path) -> Path:
         from trtspec.repository.trtllm.llmapi import render_llmapi_repository
 
-        return self.emit_files(spec, render_llmapi_repository(spec), repo_dir)
+        return self.emit_files(spec, render_llmapi_repository(spec, Path(repo_dir)), repo_dir)
 
     def bundle_payload(self, spec, out, manifest, repo_dst, img, engines_root):
         from trtspec.backends.bundle import checkpoint_payload
@@ -35,6 +37,6 @@ class TrtllmLlmapiBackend(TrtllmBackend):
         return checkpoint_payload(spec, out, manifest, repo_dst, img, engines_root)
 
     def launch_command(self, spec: Spec, repo_dir: str | Path, **kwargs: Any) -> list[str]:
-        from trtspec.repository.trtllm.launch import tritonserver_command
+        from trtspec.repository.trtllm.launch import llmapi_command
 
-        return tritonserver_command(spec, repo_dir, **kwargs)
+        return llmapi_command(spec, repo_dir, **kwargs)

@@ -31,8 +31,8 @@ def _sources(spec: Spec) -> list[Path]:
 def build(spec: Spec, options: BuildOptions, *, runtime: str) -> BuildResult:
     """Render, write the repository if it changed, record the checkpoints (`runtime`: the backend's name)."""
     t0 = time.perf_counter()
-    files = render_llmapi_repository(spec)
     repo_dir = child(Path(options.out_repo), spec.name, "model.name", BuildError)
+    files = render_llmapi_repository(spec, repo_dir)  # checkpoint paths relative to the repository
     yaml_text = files[f"{MODEL}/1/model.yaml"]
     step = {"role": "model.yaml", "argv": [], "shell": yaml_text.rstrip("\n")}
     if options.dry_run:

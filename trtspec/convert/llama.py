@@ -16,7 +16,8 @@ Names and splits follow /work/shared/reference/tensorrt-llm.md §1.3-1.5 (Tensor
                                                                             multiple of tp, split on dim 0
     medusa_heads.{h}.medusa_layers.{l}.linear   {h}.{l}.linear              split on dim 0 (weight, bias)
     medusa_heads.{h}.lm_head.weight             {h}.{L}.weight              padded, split on dim 0
-    eagle_nets.{n}.drafter.fc                   fc                          split on dim 0 (weight, bias)
+    eagle_nets.{n}.drafter.fc                   fc                          split on dim 0 (weight, bias; zeros
+                                                                            when the head has none)
     eagle_nets.{n}.drafter.vocab_embedding      target embed_tokens         not split
     eagle_nets.{n}.drafter.layers.{j}.*         layers.{j}.*                as the target's layers
     eagle_nets.{n}.lm_head.weight               target lm_head              padded, split on dim 0
@@ -203,8 +204,10 @@ def eagle_rank_weights(eagle: Tensors, eagle_shape: ModelConfig, target: Tensors
     tp, H = mapping.tp_size, shape.hidden_size
     fc_w = need(eagle, "fc.weight", where, (H, 2 * H))
     per_net: Tensors = {"drafter.fc.weight": _cast(sh.split(fc_w, tp, tp_rank), dtype)}
-    if "fc.bias" in eagle:
-        per_net["drafter.fc.bias"] = _cast(sh.split(need(eagle, "fc.bias", where, (H,)), tp, tp_rank), dtype)
+    # TensorRT-LLM's EAGLE drafter declares fc with bias=True (models/llama/model.py, `fc_after_embed`; its
+    # loader reads fc.bias unconditionally): a bias-less head gets zeros, which compute the same fc.
+    bias = need(eagle, "fc.bias", where, (H,)) if "fc.bias" in eagle else torch.zeros(H, dtype=fc_w.dtype)
+    per_net["drafter.fc.bias"] = _cast(sh.split(bias, tp, tp_rank), dtype)
     embed = eagle.get("embed_tokens.weight", target["model.embed_tokens.weight"])
     per_net["drafter.vocab_embedding.weight"] = _cast(embed, dtype)
     for j in range(eagle_shape.num_layers):

@@ -192,7 +192,7 @@ class Method:
         """The TensorRT-LLM checkpoints to write under `out`: by default the target as a plain Llama."""
         from trtspec.convert.checkpoint import LLAMA, ConvertJob
 
-        return [ConvertJob(TARGET, LLAMA, Path(spec.model.target), None, out / TARGET, tp, pp, spec.model.dtype)]
+        return [ConvertJob(TARGET, LLAMA, Path(spec.model.target), None, out / TARGET, tp, pp, spec.trtllm_dtype)]
 
     def trtllm_checkpoint(self, job: ConvertJob, shape: ModelConfig, target: dict[str, Any],
                           dtype: Any) -> tuple[dict[str, Any], Callable[[int, int], dict[str, Any]]]:

@@ -186,7 +186,7 @@ class DraftModel(Method):
     def convert_jobs(self, spec: Spec, out: Path, tp: int, pp: int) -> list:
         from trtspec.convert.checkpoint import LLAMA, ConvertJob
 
-        draft = ConvertJob(DRAFT, LLAMA, Path(spec.speculative.draft), None, out / DRAFT, tp, 1, spec.model.dtype)
+        draft = ConvertJob(DRAFT, LLAMA, Path(spec.speculative.draft), None, out / DRAFT, tp, 1, spec.trtllm_dtype)
         return super().convert_jobs(spec, out, tp, pp) + [draft]  # the draft: the target's TP, no PP
 
     def llmapi_options(self, spec: Spec) -> dict[str, Any]:

@@ -290,7 +290,7 @@ class Eagle(Method):
         from trtspec.convert.checkpoint import ConvertJob
 
         return [ConvertJob(TARGET, NAME, Path(spec.model.target), Path(spec.speculative.heads), out / TARGET, tp,
-                           pp, spec.model.dtype, **self.tree_params(spec))]
+                           pp, spec.trtllm_dtype, **self.tree_params(spec))]
 
     def trtllm_checkpoint(self, job: ConvertJob, shape: ModelConfig, target: dict[str, Any], dtype: Any):
         from trtspec.convert import llama

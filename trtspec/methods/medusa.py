@@ -197,7 +197,7 @@ class Medusa(Method):
         from trtspec.convert.checkpoint import ConvertJob
 
         return [ConvertJob(TARGET, NAME, Path(spec.model.target), Path(spec.speculative.heads), out / TARGET, tp,
-                           pp, spec.model.dtype, max_draft_len=len(self.choices(spec)))]
+                           pp, spec.trtllm_dtype, max_draft_len=len(self.choices(spec)))]
 
     def trtllm_checkpoint(self, job: ConvertJob, shape: ModelConfig, target: dict[str, Any], dtype: Any):
         from trtspec.convert import llama

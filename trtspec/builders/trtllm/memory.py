@@ -162,7 +162,7 @@ class _Sizes:
 
 
 def _model_sizes(spec: Spec, role: str, tp: int, pp: int) -> _Sizes:
-    nbytes = DTYPE_BYTES[spec.model.dtype]
+    nbytes = DTYPE_BYTES[spec.trtllm_dtype]
     model_dir = Path(spec.model.target if role == "target" else spec.speculative.draft)
     cfg = ModelConfig.from_dir(model_dir)
     H, V, L = cfg.hidden_size, cfg.vocab_size, cfg.num_layers
@@ -191,7 +191,7 @@ def _model_sizes(spec: Spec, role: str, tp: int, pp: int) -> _Sizes:
 
 def _runtime_bytes(spec: Spec, s: _Sizes, tp: int, draft_len: int) -> int:
     lim = spec.limits
-    nbytes = DTYPE_BYTES[spec.model.dtype]
+    nbytes = DTYPE_BYTES[spec.trtllm_dtype]
     tokens = min(DEFAULT_MAX_NUM_TOKENS, lim.max_batch_size * lim.max_seq_len)
     tokens = max(tokens, lim.max_batch_size * (draft_len + 1))
     activations = tokens * (8 * s.hidden + 3 * s.inter // tp) * nbytes

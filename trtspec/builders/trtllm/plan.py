@@ -114,7 +114,7 @@ def build_flags(spec: Spec, role: str, checkpoint_dir: str, output_dir: str) -> 
     lim = spec.limits
     tp, pp = tp_pp(spec, role)
     flags = ["--checkpoint_dir", checkpoint_dir, "--output_dir", output_dir,
-             "--gemm_plugin", spec.model.dtype,
+             "--gemm_plugin", spec.trtllm_dtype,
              "--max_batch_size", str(lim.max_batch_size), "--max_input_len", str(lim.max_input_len),
              "--max_seq_len", str(lim.max_seq_len), "--workers", str(tp * pp)]
     method = methods.get(spec.method)

@@ -64,6 +64,18 @@ OMITTED_PARAMETERS = {
     "lookahead_verification_set_size": "method lookahead only",
 }
 
+# Where the upstream templates differ between TensorRT-LLM versions, harmless for what trtspec renders today
+# (tracked in the repository manifest; tests/trtllm/test_trtllm_upstream_facts.py pins trtspec's side):
+TEMPLATE_DRIFT = {
+    "preprocessing IMAGES": "newer templates (TensorRT-LLM 08dc37e3) add an optional IMAGES input (pixtral); "
+                            "tensorrtllm_backend r25.05's has none. trtspec declares none: an optional input "
+                            "nobody sends changes nothing",
+    "preprocessing hf_model_path": "newer templates add the parameter hf_model_path (multimodal); r25.05's "
+                                   "has none. trtspec sets none: text-only models do not read it",
+    "tensorrt_llm enable_trt_overlap": "commented out as deprecated (\"doesn't have any effect\") in v0.15-r25.05, "
+                                       "un-commented in a later template; trtspec omits it (OMITTED_PARAMETERS)",
+}
+
 
 
 def fast_logits(spec: Spec) -> bool:
@@ -238,6 +250,7 @@ def render_engine_repository(spec: Spec, *, engine_dirs: dict[str, str], memory:
                            "how": "trtspec repo install-upstream <repo> (run inside the Triton "
                                   "TRT-LLM container), or the cp lines in ci/Dockerfile"},
         "omitted_parameters": OMITTED_PARAMETERS,
+        "template_drift": TEMPLATE_DRIFT,
         "fast_logits": fast_logits(spec),
         "trtllm_version": spec.runtime.trtllm.version,
         "memory": memory.to_dict(),

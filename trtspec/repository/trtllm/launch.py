@@ -3,7 +3,8 @@
 Each trtllm backend (trtspec.backends) picks its own: `mpirun_command` (trtllm-engine) returns the same
 command TensorRT-LLM's `scripts/launch_triton_server.py` builds (reference §3.7; TensorRT-LLM
 `triton_backend/scripts/launch_triton_server.py`), but as a foreground process the caller owns (the
-script itself `Popen`s and returns at once); `tritonserver_command` (trtllm-llmapi) is tritonserver alone:
+script itself `Popen`s and returns at once); `llmapi_command` (trtllm-llmapi) is that script's world-size-1
+command, the way TensorRT-LLM's llmapi docs launch it (tensorrtllm_backend docs/llmapi.md):
 
     leader mode (world_size = TP x PP, one TRT-LLM model):
         mpirun --allow-run-as-root -n 1 tritonserver --model-repository=R <ports>
@@ -15,7 +16,11 @@ script itself `Popen`s and returns at once); `tritonserver_command` (trtllm-llma
           (the executors spawn their own TP x PP workers on `gpu_device_ids`)
     draft-model + use_draft_logits -> fast logits: orchestrator with spawning disabled,
         world_size = 1 + draft ranks + target ranks, `participant_ids` in the configs.
-    trtllm-llmapi -> tritonserver alone (the LLM API starts its own workers).
+    trtllm-llmapi -> mpirun --allow-run-as-root -n 1 tritonserver ... --disable-auto-complete-config
+            --backend-config=python,shm-region-prefix-name=prefix0_
+        (one rank: the llmapi model.py clears the inherited MPI job variables before the LLM API spawns its
+        tensor_parallel_size x pipeline_parallel_size workers; a bare tritonserver has no MPI world to
+        spawn them from).
 
 The BLS model (draft-model) reads the other models' configs over gRPC at localhost:8001
 (`tensorrt_llm_bls/1/model.py`: model_config_api_baseurl = "localhost:8001/v2/models/"), so
@@ -77,16 +82,19 @@ def _server_args(spec: Spec, repo_dir: str | Path, ports: tuple[int, int, int], 
     return args, (["--log-verbose=3", f"--log-file={log_file}"] if log_file else [])
 
 
-def tritonserver_command(spec: Spec, repo_dir: str | Path, *, tritonserver: str = TRITONSERVER,
-                         http_port: int | None = None, grpc_port: int | None = None, metrics_port: int | None = None,
-                         log_file: str | None = None, host: str = "127.0.0.1",
-                         admin_key: str | None = ADMIN_KEY_REF) -> list[str]:
-    """argv of one tritonserver process serving `repo_dir` (the LLM API starts its own workers), bound to
-    `host`, its model-repository API restricted to `admin_key` (default: ADMIN_KEY_REF, for
-    `launch_shell`; a real key to run the argv directly; None: open)."""
+def llmapi_command(spec: Spec, repo_dir: str | Path, *, tritonserver: str = TRITONSERVER,
+                   http_port: int | None = None, grpc_port: int | None = None, metrics_port: int | None = None,
+                   log_file: str | None = None, host: str = "127.0.0.1",
+                   admin_key: str | None = ADMIN_KEY_REF) -> list[str]:
+    """argv serving the llmapi repository `repo_dir` as upstream's launch_triton_server.py does with world size
+    1 (`mpirun --allow-run-as-root -n 1 tritonserver ... --disable-auto-complete-config --backend-config=
+    python,shm-region-prefix-name=prefix0_`; the LLM API spawns its TP x PP workers from that MPI world), bound
+    to `host`, its model-repository API restricted to `admin_key` (default: ADMIN_KEY_REF, for `launch_shell`;
+    a real key to run the argv directly; None: open)."""
     args, log_args = _server_args(spec, repo_dir, _ports(spec, http_port, grpc_port, metrics_port), host,
                                   admin_key, log_file)
-    return [tritonserver, *args, *log_args]
+    return ["mpirun", "--allow-run-as-root", "-n", "1", tritonserver, *args, *log_args,
+            "--disable-auto-complete-config", "--backend-config=python,shm-region-prefix-name=prefix0_"]
 
 
 def mpirun_command(spec: Spec, repo_dir: str | Path, *, tritonserver: str = TRITONSERVER,
@@ -94,7 +102,7 @@ def mpirun_command(spec: Spec, repo_dir: str | Path, *, tritonserver: str = TRIT
                    log_file: str | None = None, host: str = "127.0.0.1",
                    admin_key: str | None = ADMIN_KEY_REF) -> list[str]:
     """argv that serves the engine repository `repo_dir` under mpirun, one tritonserver per rank (see the
-    module docstring); `host` and `admin_key` as in `tritonserver_command`."""
+    module docstring); `host` and `admin_key` as in `llmapi_command`."""
     ports = _ports(spec, http_port, grpc_port, metrics_port)
     if methods.get(spec.method).draft_engine(spec) and ports[1] != 8001:
         raise RepositoryError(f"draft-model serving needs gRPC on port 8001 inside the container (got {ports[1]}): "

@@ -56,8 +56,9 @@ def relocate_repository(repo_dir: Path, *, engines: str | None = None, tokenizer
         data["model"] = move(data["model"])
         if tokenizer:
             data["tokenizer"] = tokenizer
-        if "speculative_config" in data and "speculative_model" in data["speculative_config"]:
-            data["speculative_config"]["speculative_model"] = move(data["speculative_config"]["speculative_model"])
+        for key in ("speculative_model", "speculative_model_dir"):  # (as the TensorRT-LLM version spells it)
+            if key in (data.get("speculative_config") or {}):
+                data["speculative_config"][key] = move(data["speculative_config"][key])
         yml.write_text(header + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         changed.append(str(yml))
     inputs = manifest.setdefault("inputs", {})

@@ -32,7 +32,7 @@ class TrtllmBackend(Backend):
         key, dtype = self.dtype(spec)
         p = [q for q in super().problems(spec) if q.key != key]
         if dtype not in DTYPES:
-            keep = " (runtime.trtllm.dtype = \"float16\" keeps model.dtype for the torch runtime)" \
+            keep = ", or runtime.trtllm.dtype = \"float16\" to keep model.dtype for the torch runtime" \
                 if key == "model.dtype" else ""
             p.append(Problem(key, dtype, f"runtime '{self.name}' does not serve it: TensorRT-LLM's speculative "
                              "decoding supports FP16/BF16/FP8 only", f"set {key} = \"float16\"{keep}"))

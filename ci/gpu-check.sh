@@ -33,7 +33,8 @@ fi
 # What trtspec's runtime imports besides torch and transformers; the missing ones come from $WHEELS.
 missing=$("$PYTHON" - <<'PY'
 import importlib.util
-need = ["torch", "transformers", "safetensors", "tokenizers", "numpy", "yaml", "pydantic", "pydantic_core"]
+need = ["torch", "transformers", "safetensors", "tokenizers", "numpy", "yaml", "tqdm", "typing_extensions",
+        "pydantic", "pydantic_core", "annotated_types", "typing_inspection"]
 print(" ".join(n for n in need if importlib.util.find_spec(n) is None))
 PY
 )

@@ -48,6 +48,8 @@ def rollback(config, url, server_repo, grpc_url, out_engines, list_records, time
                 for r in read_records(Path(out_engines), spec.name, Path(server_repo))]
         if as_json:
             click.echo(json.dumps(rows, indent=2))
+        elif not rows:
+            click.echo(f"no deploy records of {spec.name!r} for {Path(server_repo).resolve()}")
         for r in [] if as_json else rows:
             flag = f"  rolled back by {r['rolled_back']}" if r.get("rolled_back") else ""
             click.echo(f"{r['revision']}  {r['kind']:<8} {r['time']}  backup {r['backup'] or '-'}{flag}")

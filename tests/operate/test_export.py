@@ -25,7 +25,7 @@ def _vllm(spec_path, *args):
 
 @needs_demo_models
 @pytest.mark.parametrize("demo, method, model_key", [
-    ("draft-model", "draft_model", "draft"), ("eagle", "eagle", "eagle"), ("lookahead", "ngram", None)])
+    ("draft-model", "draft_model", "draft"), ("eagle", "eagle", "eagle"), ("ngram", "ngram", None)])
 def test_vllm_speculative_config_per_method(demo, method, model_key):
     out = _vllm(DEMO / f"{demo}.toml")
     argv = out["argv"]
@@ -35,7 +35,8 @@ def test_vllm_speculative_config_per_method(demo, method, model_key):
     if model_key:
         assert config["model"].endswith(f"examples/models/{model_key}")
     else:
-        assert config["prompt_lookup_max"] == 2 and "model" not in config
+        max_matching = load_spec(DEMO / "ngram.toml").speculative.ngram.max_matching
+        assert config["prompt_lookup_max"] == max_matching and "model" not in config
     assert argv[:3] == ["vllm", "serve", str((DEMO.parent / "models" / "target").resolve())]
     assert argv[argv.index("--host") + 1] == "127.0.0.1"  # loopback unless asked
     assert '--api-key "$VLLM_API_KEY"' in out["command"]  # the key from the environment, never a literal
@@ -53,6 +54,12 @@ def test_vllm_refuses_a_tree_and_plain_decoding_has_no_speculative_config(tmp_pa
 
     out = export(spec_from_dict(data))
     assert out["speculative_config"] is None and "--speculative-config" not in out["argv"]
+
+
+@needs_demo_models
+def test_vllm_refuses_lookahead_decoding():
+    result = CliRunner().invoke(main, ["export", "vllm", "-c", str(DEMO / "lookahead.toml")])
+    assert result.exit_code == 4 and "error: vLLM has no speculative method for trtspec's 'lookahead'" in result.output
 
 
 def test_vllm_gets_the_schedule_as_inclusive_batch_ranges():

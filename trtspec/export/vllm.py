@@ -9,9 +9,10 @@ module maps it to (`llmapi_options`: speculative_config.decoding_type):
     draft_tokens_external / Draft_Target -> draft_model   (the draft checkpoint)
     medusa                               -> medusa        (chain only: vLLM drafts one token per head)
     eagle (EAGLE-1/2 head) / Eagle       -> eagle;  an EAGLE-3 head / Eagle3 -> eagle3
-    lookahead_decoding / NGram           -> ngram         (prompt lookup; vLLM has no Jacobi lookahead)
+    NGram (prompt lookup, method ngram)  -> ngram         (prompt_lookup_max = max_matching_ngram_size)
 
-Anything else is a RepositoryError saying why. The server binds 127.0.0.1 unless told otherwise and its API
+Anything else is a RepositoryError saying why: lookahead decoding (vLLM has no Jacobi window; method ngram is
+vLLM's ngram), suffix (vLLM's needs Arctic Inference; not mapped yet). The server binds 127.0.0.1 unless told otherwise and its API
 takes the key from $VLLM_API_KEY (never a literal key in the command).
 """
 
@@ -26,26 +27,25 @@ from trtspec.errors import RepositoryError
 from trtspec.spec import SCHEDULE_FLOOR, Spec
 
 # TensorRT-LLM's decoding mode (trtllm-build --speculative_decoding_mode) -> vLLM's method
-BY_DECODING_MODE = {"draft_tokens_external": "draft_model", "medusa": "medusa", "eagle": "eagle",
-                    "lookahead_decoding": "ngram"}
+BY_DECODING_MODE = {"draft_tokens_external": "draft_model", "medusa": "medusa", "eagle": "eagle"}
 # the LLM API's speculative_config.decoding_type -> vLLM's method
 BY_LLMAPI_TYPE = {"Draft_Target": "draft_model", "DraftTarget": "draft_model", "Eagle": "eagle3",
                   "Eagle3": "eagle3", "NGram": "ngram"}
 HEAD_METHODS = frozenset({"medusa", "eagle", "eagle3"})  # vLLM methods whose `model` is a heads checkpoint
 EAGLE3_OF = {"eagle": "eagle3"}  # an EAGLE-3 head under an EAGLE mode
-NOTES = {"ngram": "vLLM's n-gram prompt lookup drafts from the prompt and output so far; trtspec's lookahead "
-                  "(Jacobi window) has no vLLM equivalent, so acceptance differs"}
+NOTES = {"ngram": "vLLM's ngram drafts by prompt lookup (the prompt and output so far), as trtspec's ngram"}
 
 
-def vllm_method(spec: Spec) -> str | None:
-    """vLLM's method for the spec (None: plain decoding); RepositoryError when vLLM has none."""
+def vllm_method(spec: Spec) -> tuple[str | None, dict[str, Any]]:
+    """(vLLM's method for the spec or None for plain decoding, the LLM API's speculative_config when that
+    decided it); RepositoryError when vLLM has none."""
     from trtspec import methods
     from trtspec.artifacts.heads import eagle_version
 
     m = methods.get(spec.method)
     if not m.drafts:
-        return None
-    name = BY_DECODING_MODE.get(m.speculative_decoding_mode or "")
+        return None, {}
+    name, config = BY_DECODING_MODE.get(m.speculative_decoding_mode or ""), {}
     if name is None:
         try:
             config = m.llmapi_options(spec).get("speculative_config") or {}
@@ -54,20 +54,20 @@ def vllm_method(spec: Spec) -> str | None:
         name = BY_LLMAPI_TYPE.get(str(config.get("decoding_type", "")))
     if name is None:
         raise RepositoryError(f"vLLM has no speculative method for trtspec's {spec.method!r}",
-                              hint="vLLM serves draft_model, medusa, eagle/eagle3 and ngram drafters; "
-                                   "serve this spec with trtspec (runtime torch) instead")
+                              hint="vLLM serves draft_model, medusa, eagle/eagle3 and ngram (prompt lookup) "
+                                   "drafters; serve this spec with trtspec instead")
     if name in EAGLE3_OF and eagle_version(Path(spec.speculative.heads), RepositoryError) == 3:
         name = EAGLE3_OF[name]
     if name in HEAD_METHODS and spec.speculative.choices:
         raise RepositoryError(f"vLLM's {name} drafts a chain; speculative.choices is a tree of "
                               f"{len(spec.speculative.choices)} nodes",
                               hint="remove speculative.choices (a chain of num_draft_tokens) for the vLLM export")
-    return name
+    return name, config
 
 
 def speculative_config(spec: Spec) -> dict[str, Any] | None:
     """vLLM's --speculative-config for the spec (None: plain decoding)."""
-    name = vllm_method(spec)
+    name, llmapi = vllm_method(spec)
     if name is None:
         return None
     s = spec.speculative
@@ -77,8 +77,8 @@ def speculative_config(spec: Spec) -> dict[str, Any] | None:
         config["draft_tensor_parallel_size"] = spec.gpu.tensor_parallel  # 1 or the target's
     elif name in HEAD_METHODS:
         config["model"] = str(Path(s.heads).resolve())
-    else:  # ngram: the longest n-gram matched at the end of the sequence
-        config["prompt_lookup_max"] = max(s.lookahead.ngram - 1, 1)
+    else:  # ngram: the longest n-gram matched at the end of the sequence, as the LLM API's drafter
+        config["prompt_lookup_max"] = int(llmapi.get("max_matching_ngram_size") or 2)
         config["prompt_lookup_min"] = 1
     if s.schedule:
         config["num_speculative_tokens_per_batch_size"] = batch_ranges(spec)

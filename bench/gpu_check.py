@@ -68,7 +68,9 @@ def _methods(text: str) -> tuple[str, ...]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="cuda", help="torch device: cuda (default), cuda:N or cpu")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                    help="cuda (default; pick the GPU with CUDA_VISIBLE_DEVICES: the engine steps on its own thread, "
+                         "whose current device is the first) or cpu")
     ap.add_argument("--quick", action="store_true", help="tiny counts: a dry run of every part (CPU tests)")
     ap.add_argument("--batches", type=_ints, default=BATCHES, help="speed table batch sizes (default 1,4,16)")
     ap.add_argument("--methods", type=_methods, default=METHODS, help="speed table methods (default: all)")
@@ -146,14 +148,10 @@ def spec_dict(device: str, method: str, target: Path, *, dtype: str = "float32",
 
 
 def engine_for(data: dict[str, Any], device: str):
-    """A SpecEngine for a spec dict; `cuda:N` places it on that device."""
-    import torch
-
+    """A SpecEngine for a spec dict (its runtime.device: cuda or cpu)."""
     from trtspec.runtime import SpecEngine
     from trtspec.spec import spec_from_dict
 
-    if device.startswith("cuda:"):
-        torch.cuda.set_device(device)
     return SpecEngine.from_spec(spec_from_dict(data))
 
 

@@ -33,7 +33,8 @@ def test_arguments_default_to_cuda_every_method_and_batch_1_4_16():
         "cuda", (1, 4, 16), ("draft-model", "eagle", "medusa", "lookahead"), 128, 2, 20000)
     q = gc.parse_args(["--device", "cpu", "--quick", "--methods", "eagle,lookahead", "--skip", "lossless"])
     assert (q.batches, q.methods, q.new, q.skip) == ((1, 4), ("eagle", "lookahead"), 8, {"lossless"})
-    for bad in (["--batches", "0,4"], ["--batches", "x"], ["--methods", "mtp"], ["--skip", "everything"]):
+    for bad in (["--batches", "0,4"], ["--batches", "x"], ["--methods", "mtp"], ["--skip", "everything"],
+                ["--device", "cuda:1"]):  # (a GPU is picked with CUDA_VISIBLE_DEVICES)
         with pytest.raises(SystemExit):
             gc.parse_args(bad)
 

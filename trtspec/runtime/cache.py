@@ -99,20 +99,13 @@ def tree_inputs(lengths: list[int], trees: list[tuple[int, ...]], device="cpu") 
     length + depth(i) and attends to the row's committed slots plus its own ancestors and itself. Rows with
     fewer inputs are padded with self-attending singletons.
     """
-    B = len(lengths)
     T = max(len(t) for t in trees)
     pos, anc = [], []
     for parents in trees:
         depth, a = tree_structure(tuple(parents), T)
         pos.append(depth)
         anc.append(a)
-    base = torch.tensor(lengths, device=device)
-    positions = base[:, None] + torch.stack(pos).to(device)
-    S = max(lengths) + T
-    mask = (torch.arange(S, device=device)[None, None, :] < base[:, None, None]).expand(B, T, S).clone()
-    slots = base[:, None] + torch.arange(T, device=device)[None, :]
-    mask.scatter_(2, slots[:, None, :].expand(B, T, T), torch.stack(anc).to(device))
-    return StepInputs(positions, list(lengths), mask[:, None])
+    return _appended_inputs(lengths, pos, anc, T, device)
 
 
 def draft_inputs(lengths: list[int], parents: list[tuple[int, ...]], T: int, device="cpu",
@@ -133,18 +126,25 @@ def branch_inputs(lengths: list[int], parents: list[tuple[int, ...]], branches: 
     tree_inputs, each branch input at position length + its depth, seeing the row's committed slots, the
     pending token and branch inputs it lists, and itself (Lookahead decoding's one attention mask for both branches, LADE
     `j_make_causal_mask_multilevel`). Padding inputs attend to themselves only."""
-    B = len(lengths)
     pos, vis = [], []
     for ps, br in zip(parents, branches):
         depth, v = branch_structure(tuple(ps), None if br is None else (br.depths, br.sees), T)
         pos.append(depth)
         vis.append(v)
+    return _appended_inputs(lengths, pos, vis, T, device)
+
+
+def _appended_inputs(lengths: list[int], depths: list[torch.Tensor], sees: list[torch.Tensor], T: int,
+                     device) -> StepInputs:
+    """T inputs appended per row after its `lengths[b]` slots: input i at position length + depths[b][i],
+    attending to every committed slot of its row and to the appended inputs sees[b][i] ([T, T] bool)."""
+    B = len(lengths)
     base = torch.tensor(lengths, device=device)
-    positions = base[:, None] + torch.stack(pos).to(device)
+    positions = base[:, None] + torch.stack(depths).to(device)
     S = max(lengths) + T
     mask = (torch.arange(S, device=device)[None, None, :] < base[:, None, None]).expand(B, T, S).clone()
     slots = base[:, None] + torch.arange(T, device=device)[None, :]
-    mask.scatter_(2, slots[:, None, :].expand(B, T, T), torch.stack(vis).to(device))
+    mask.scatter_(2, slots[:, None, :].expand(B, T, T), torch.stack(sees).to(device))
     return StepInputs(positions, list(lengths), mask[:, None])
 
 

@@ -1,0 +1,115 @@
+"""trtspec bench's TTFT / inter-token latency against AIPerf's, on the same server and prompts.
+
+    python bench/aiperf_compare.py [--spec examples/demo/eagle.toml] [--aiperf /tmp/aiperf-venv/bin/aiperf]
+
+Builds the spec's deployment in a temp dir, serves it on the bundled Triton, then, at concurrency 1 with the
+same prompts and max_tokens: trtspec's grid point (gRPC streaming; the deployment's own K), then AIPerf 0.13
+(`--endpoint-type template` against /v2/models/ensemble/generate_stream over HTTP; it counts tokens with the
+local tokenizer), then trtspec again (load drift shows as the difference of the two trtspec runs). Prints
+TTFT and ITL p50/avg of each and AIPerf's difference from the mean of the trtspec runs. AIPerf is installed
+outside the project (`python -m venv /tmp/aiperf-venv && /tmp/aiperf-venv/bin/pip install aiperf==0.13.0`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _find(data, names):
+    """The first dict value under any of `names` (AIPerf's JSON export nests metrics by tag)."""
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if k in names and isinstance(v, dict):
+                return v
+            found = _find(v, names)
+            if found is not None:
+                return found
+    elif isinstance(data, list):
+        for v in data:
+            found = _find(v, names)
+            if found is not None:
+                return found
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", default=str(ROOT / "examples/demo/eagle.toml"))
+    ap.add_argument("--aiperf", default="/tmp/aiperf-venv/bin/aiperf")
+    ap.add_argument("--prompts", default="builtin:code")
+    ap.add_argument("-n", type=int, default=12)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    args = ap.parse_args()
+
+    from trtspec.bench import load
+    from trtspec.bench.prompts import builtin
+    from trtspec.builders import BuildOptions, build
+    from trtspec.serve import TritonServer
+    from trtspec.spec import load_spec
+
+    spec = load_spec(args.spec)
+    prompts = (builtin(args.prompts.split(":", 1)[1]) if args.prompts.startswith("builtin:")
+               else [json.loads(x)["prompt"] for x in Path(args.prompts).read_text().splitlines() if x.strip()])
+    prompts = (prompts * 4)[:args.n]
+    tmp = Path(tempfile.mkdtemp(prefix="aiperf-compare-"))
+    build(spec, BuildOptions(out_engines=tmp / "engines", out_repo=tmp / "model_repository", progress=False))
+    server = TritonServer(tmp / "model_repository" / spec.name, ready_timeout=300)
+    server.start()
+    try:
+        def trtspec_run():
+            g = load.measure(spec, prompts, [1], [None], max_tokens=args.max_tokens, url=server.grpc_url)
+            p = g.points[0]
+            return {"ttft_p50_ms": 1000 * load.percentile(p.ttfts, 50), "ttft_avg_ms": 1000 * statistics.mean(p.ttfts),
+                    "itl_p50_ms": 1000 * load.percentile(p.itls, 50), "itl_avg_ms": 1000 * statistics.mean(p.itls),
+                    "output_tok_s": p.tokens_per_second, "tokens": p.tokens}
+
+        first = trtspec_run()
+        data = tmp / "prompts.jsonl"
+        data.write_text("".join(json.dumps({"text": p}) + "\n" for p in prompts))
+        template = tmp / "payload.jinja"  # a file: AIPerf splits an inline --extra-inputs value at its commas
+        template.write_text('{"text_input": {{ text|tojson }}, "max_tokens": {{ max_tokens|tojson }}, "stream": true}')
+        cmd = [args.aiperf, "profile", "-m", spec.serving.ensemble_name, "--url", server.http_url,
+               "--endpoint-type", "template", "--custom-endpoint",
+               f"/v2/models/{spec.serving.ensemble_name}/generate_stream", "--streaming",
+               "--tokenizer", str(spec.tokenizer_dir), "--extra-inputs", f"payload_template:{template}",
+               "--extra-inputs", "response_field:text_output", "--input-file", str(data),
+               "--custom-dataset-type", "single_turn", "--output-tokens-mean", str(args.max_tokens),
+               "--output-tokens-stddev", "0", "--concurrency", "1", "--request-count", str(len(prompts)),
+               "--warmup-request-count", "1", "--artifact-dir", str(tmp / "aiperf")]
+        # not HF_HUB_OFFLINE: AIPerf's offline mode looks a tokenizer up in the hub cache only, never a local dir
+        env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+        if proc.returncode:
+            print(proc.stdout[-4000:], proc.stderr[-4000:], sep="\n")
+            return proc.returncode
+        export = next((tmp / "aiperf").rglob("profile_export_aiperf.json"))
+        rep = json.loads(export.read_text())
+        ttft, itl = _find(rep, {"time_to_first_token", "ttft"}), _find(rep, {"inter_token_latency", "itl"})
+        thr = _find(rep, {"output_token_throughput"})
+        second = trtspec_run()
+        ai = {"ttft_p50_ms": ttft.get("p50"), "ttft_avg_ms": ttft.get("avg"), "itl_p50_ms": itl.get("p50"),
+              "itl_avg_ms": itl.get("avg"), "output_tok_s": (thr or {}).get("avg")}
+        print(f"{spec.name}: {len(prompts)} prompts x {args.max_tokens} tokens, concurrency 1; load {os.getloadavg()}")
+        print(f"{'metric':<14}{'trtspec 1':>11}{'AIPerf':>11}{'trtspec 2':>11}{'AIPerf vs mean':>16}")
+        for key in ("ttft_p50_ms", "ttft_avg_ms", "itl_p50_ms", "itl_avg_ms", "output_tok_s"):
+            mean = (first[key] + second[key]) / 2
+            diff = f"{100 * (ai[key] - mean) / mean:+.1f} %" if ai[key] is not None else "-"
+            shown = "-" if ai[key] is None else f"{ai[key]:.2f}"
+            print(f"{key:<14}{first[key]:>11.2f}{shown:>11}{second[key]:>11.2f}{diff:>16}")
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -31,6 +31,10 @@ COMMAND_MODULES = [
     "trtspec.cli.convert",
     "trtspec.cli.deploy",
     "trtspec.cli.repo",
+    "trtspec.cli.tune",
+    "trtspec.cli.status",
+    "trtspec.cli.rollback",
+    "trtspec.cli.export",
 ]
 
 

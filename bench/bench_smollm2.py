@@ -8,7 +8,7 @@ up to --new tokens or the chat's EOS) it runs, prompt by prompt:
 
   transformers plain    LlamaForCausalLM.generate(do_sample=False) on the same checkpoint (fp32, KV cache)
   trtspec plain         the torch runtime in-process, num_draft_tokens = 0
-  trtspec lookahead     the same engine with its n-gram drafter (examples/smollm2/lookahead.toml)
+  trtspec ngram         the same engine with n-gram prompt lookup (examples/smollm2/ngram.toml)
   served plain / spec   the same deployment through the bundled Triton server, gRPC streaming, chat sent as
                         the `messages` input (rendered by the server)
 
@@ -39,7 +39,7 @@ from trtspec.runtime import SamplingParams, SpecEngine  # noqa: E402
 from trtspec.spec import load_spec  # noqa: E402
 
 MODEL = REPO / "examples" / "models" / "smollm2-135m-instruct"
-SPEC = REPO / "examples" / "smollm2" / "lookahead.toml"
+SPEC = REPO / "examples" / "smollm2" / "ngram.toml"
 SETS = {"chat": REPO / "examples" / "smollm2" / "chat.jsonl", "code": REPO / "examples" / "smollm2" / "code.jsonl"}
 
 
@@ -99,11 +99,11 @@ def main() -> None:
     run_transformers(hf, warm, 8, eos)
     for name, id_lists in sets.items():
         m = rows[name]
-        for key in ("transformers plain", "trtspec plain", "trtspec lookahead"):
+        for key in ("transformers plain", "trtspec plain", "trtspec ngram"):
             m[key] = Meter()
         for ids in id_lists:
             m["transformers plain"].add(*run_transformers(hf, ids, args.new, eos))
-            for key, k in (("trtspec plain", 0), ("trtspec lookahead", None)):
+            for key, k in (("trtspec plain", 0), ("trtspec ngram", None)):
                 r = engine.generate(ids, SamplingParams(max_new_tokens=args.new, num_draft_tokens=k))
                 m[key].add(r.tokens, r.seconds)
     engine.close()
@@ -127,7 +127,7 @@ def served(rows, args, spec) -> None:
             for name, path in SETS.items():
                 chats = [[{"role": "user", "content": p}] for p in prompts(path, args.prompts)]
                 generate_remote(server.grpc_url, "", messages=chats[0], max_tokens=8, timeout=120)  # warm-up
-                for key, k in (("served plain", 0), ("served lookahead", None)):
+                for key, k in (("served plain", 0), ("served ngram", None)):
                     m = rows[name][key] = Meter()
                     for chat in chats:
                         r = generate_remote(server.grpc_url, "", messages=chat, max_tokens=args.new,

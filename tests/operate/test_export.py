@@ -129,7 +129,8 @@ def test_k8s_manifests_validate_against_kubernetes_schemas(tmp_path):
     startup = c["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 1800  # engines take their time to load
     env = {e["name"]: e for e in c["env"]}
-    assert env["TRTSPEC_BIND_HOST"]["value"] == "0.0.0.0"
+    # the pod's own IP, not every interface (the Service and the probes reach the pod IP)
+    assert env["TRTSPEC_BIND_HOST"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert env["TRTSPEC_ADMIN_KEY"]["valueFrom"]["secretKeyRef"] == {"name": secret["metadata"]["name"],
                                                                       "key": "admin-key"}
     assert len(secret["stringData"]["admin-key"]) == 64
@@ -147,6 +148,9 @@ def test_k8s_torch_runtime_serves_with_trtspec_serve_and_no_secret_on_request(tm
     config_map, deployment = objects[0], objects[1]
     (c,) = deployment["spec"]["template"]["spec"]["containers"]
     assert c["command"][:3] == ["trtspec", "serve", "--foreground"]
+    # binds the pod IP the downward API puts into $TRTSPEC_BIND_HOST (Kubernetes expands $(VAR) in commands)
+    assert c["command"][c["command"].index("--host") + 1] == "$(TRTSPEC_BIND_HOST)"
+    assert {e["name"]: e for e in c["env"]}["TRTSPEC_BIND_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     assert "nvidia.com/gpu" not in c["resources"].get("limits", {})
     assert c["startupProbe"]["failureThreshold"] == 12
     served = spec_from_dict(__import__("tomllib").loads(config_map["data"]["trtspec.toml"]))

@@ -7,8 +7,8 @@ a ServiceMonitor, an HPA on queue time) plus what that chart lacks for the Pytho
 - the model repository and the engines mounted read-only from PersistentVolumeClaims;
 - a startup probe on /v2/health/ready whose budget covers loading the engines (the chart: 30 x 10 s);
 - the admin key from a Secret into $TRTSPEC_ADMIN_KEY (never a literal key in the pod spec); binds are
-  explicit: $TRTSPEC_BIND_HOST = 0.0.0.0 inside the pod (the Service reaches it), model control closed
-  without the key;
+  explicit: $TRTSPEC_BIND_HOST = the pod's own IP (downward API status.podIP: the Service and the probes
+  reach it, no other interface listens), model control closed without the key;
 - the torch runtime runs `trtspec serve --foreground` (SIGTERM drains requests in flight: a raw SIGTERM
   to tritonserver hangs streamed ensemble requests in Triton 2.51); the TensorRT-LLM runtimes run the
   serving image's own launch.sh (ci/Dockerfile), with a preStop pause so the Service stops routing first;
@@ -80,7 +80,7 @@ def manifests(spec: Spec, *, image: str | None = None, namespace: str = "default
     gpu = backend.capabilities.gpu
     torch_runtime = not gpu
     image = image or (f"{app}:latest" if torch_runtime else spec.runtime.trtllm.image)
-    env = [{"name": "TRTSPEC_BIND_HOST", "value": "0.0.0.0"},
+    env = [{"name": "TRTSPEC_BIND_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
            {"name": "TRTSPEC_ADMIN_KEY", "valueFrom": {"secretKeyRef": {"name": secret_name, "key": "admin-key"}}}]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"},
               {"name": "repository", "mountPath": f"{ROOT}/model_repository", "readOnly": True},
@@ -92,7 +92,7 @@ def manifests(spec: Spec, *, image: str | None = None, namespace: str = "default
     }
     if torch_runtime:
         spec_path = f"{ROOT}/spec/trtspec.toml"
-        container["command"] = ["trtspec", "serve", "--foreground", "-c", spec_path, "--host", "0.0.0.0",
+        container["command"] = ["trtspec", "serve", "--foreground", "-c", spec_path, "--host", "$(TRTSPEC_BIND_HOST)",
                                 "--repo", f"{ROOT}/model_repository",
                                 "--http-port", str(ports[0][1]), "--grpc-port", str(ports[1][1]),
                                 "--metrics-port", str(ports[2][1])]

@@ -20,7 +20,6 @@ and the load average before and after. A script that prints tables, never a test
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -35,6 +34,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
+from bench._common import Meter, jsonl_prompts as prompts  # noqa: E402
 from trtspec.artifacts.tokenizer import chat_prompt_ids  # noqa: E402
 from trtspec.runtime import SamplingParams, SpecEngine  # noqa: E402
 from trtspec.runtime.stats import acceptance_rate, tokens_per_step  # noqa: E402
@@ -45,31 +45,6 @@ HEAD = REPO / "examples" / "models" / "smollm2-135m-instruct-eagle3"
 SPECS = {"eagle3 chain": REPO / "examples" / "smollm2" / "eagle3.toml",
          "eagle3 tree": REPO / "examples" / "smollm2" / "eagle3-tree.toml"}
 SETS = {"chat": REPO / "examples" / "smollm2" / "chat.jsonl", "code": REPO / "examples" / "smollm2" / "code.jsonl"}
-
-
-def prompts(path: Path, n: int) -> list[str]:
-    return [json.loads(line)["prompt"] for line in path.read_text().splitlines() if line.strip()][:n]
-
-
-class Meter:
-    def __init__(self) -> None:
-        self.tokens = self.steps = self.step_tokens = self.drafted = self.accepted = 0
-        self.seconds = self.draft_seconds = 0.0
-        self.outputs: list[list[int]] = []
-
-    def add(self, r) -> None:
-        self.tokens += len(r.tokens)
-        self.seconds += r.seconds
-        self.steps += r.steps
-        self.step_tokens += len(r.tokens) - 1
-        self.drafted += r.drafted
-        self.accepted += r.accepted
-        self.draft_seconds += r.draft_seconds
-        self.outputs.append(list(r.tokens))
-
-    @property
-    def rate(self) -> float:
-        return self.tokens / self.seconds if self.seconds else 0.0
 
 
 def fixed(spec):

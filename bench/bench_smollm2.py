@@ -19,7 +19,6 @@ before and after. A script that prints a table, never a test: timings depend on 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -34,6 +33,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
+from bench._common import Meter, jsonl_prompts as prompts  # noqa: E402
 from trtspec.artifacts.tokenizer import chat_prompt_ids  # noqa: E402
 from trtspec.runtime import SamplingParams, SpecEngine  # noqa: E402
 from trtspec.spec import load_spec  # noqa: E402
@@ -41,24 +41,6 @@ from trtspec.spec import load_spec  # noqa: E402
 MODEL = REPO / "examples" / "models" / "smollm2-135m-instruct"
 SPEC = REPO / "examples" / "smollm2" / "ngram.toml"
 SETS = {"chat": REPO / "examples" / "smollm2" / "chat.jsonl", "code": REPO / "examples" / "smollm2" / "code.jsonl"}
-
-
-def prompts(path: Path, n: int) -> list[str]:
-    return [json.loads(line)["prompt"] for line in path.read_text().splitlines() if line.strip()][:n]
-
-
-class Meter:
-    def __init__(self) -> None:
-        self.tokens, self.seconds, self.outputs = 0, 0.0, []
-
-    def add(self, tokens: list[int], seconds: float) -> None:
-        self.tokens += len(tokens)
-        self.seconds += seconds
-        self.outputs.append(list(tokens))
-
-    @property
-    def rate(self) -> float:
-        return self.tokens / self.seconds if self.seconds else 0.0
 
 
 def run_transformers(model, ids: list[int], new: int, eos: list[int]) -> tuple[list[int], float]:
@@ -102,10 +84,10 @@ def main() -> None:
         for key in ("transformers plain", "trtspec plain", "trtspec ngram"):
             m[key] = Meter()
         for ids in id_lists:
-            m["transformers plain"].add(*run_transformers(hf, ids, args.new, eos))
+            m["transformers plain"].add_tokens(*run_transformers(hf, ids, args.new, eos))
             for key, k in (("trtspec plain", 0), ("trtspec ngram", None)):
                 r = engine.generate(ids, SamplingParams(max_new_tokens=args.new, num_draft_tokens=k))
-                m[key].add(r.tokens, r.seconds)
+                m[key].add(r)
     engine.close()
     del hf
     if not args.no_served:

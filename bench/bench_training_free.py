@@ -23,8 +23,6 @@ machine and its load (run it only when nothing else runs: `uptime` below 1.5).
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import os
 import sys
 from pathlib import Path
@@ -37,6 +35,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
+from bench._common import Meter, jsonl_prompts  # noqa: E402
 from trtspec import methods  # noqa: E402
 from trtspec.artifacts.tokenizer import chat_prompt_ids, load_tokenizer  # noqa: E402
 from trtspec.runtime import AdaptiveConfig, Llama, SamplingParams, SpecEngine  # noqa: E402
@@ -45,28 +44,6 @@ from trtspec.spec import load_spec  # noqa: E402
 METHODS = ("none", "ngram", "suffix", "lookahead")
 SMOL = REPO / "examples" / "smollm2"
 SMOL_SETS = {"chat": SMOL / "chat.jsonl", "code": SMOL / "code.jsonl", "edit": SMOL / "edit.jsonl"}
-
-
-@dataclasses.dataclass
-class Meter:
-    tokens: int = 0
-    seconds: float = 0.0
-    steps: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    outputs: list = dataclasses.field(default_factory=list)
-
-    def add(self, r) -> None:
-        self.tokens += len(r.tokens)
-        self.seconds += r.seconds
-        self.steps += r.steps
-        self.drafted += r.drafted
-        self.accepted += r.accepted
-        self.outputs.append(list(r.tokens))
-
-    @property
-    def rate(self) -> float:
-        return self.tokens / self.seconds if self.seconds else 0.0
 
 
 def engines(specs: dict[str, Path], threads: int) -> tuple[dict[str, SpecEngine], object]:
@@ -129,8 +106,7 @@ def smollm2(args) -> None:
     if not (REPO / "examples" / "models" / "smollm2-135m-instruct" / "trtspec.import.json").is_file():
         sys.exit("error: SmolLM2 is not imported\nhint: run `make smollm2`")
     engs, tok = engines(specs, args.threads)
-    sets = {name: [chat_prompt_ids(tok, json.loads(line)["prompt"])
-                   for line in path.read_text().splitlines() if line.strip()][:args.prompts]
+    sets = {name: [chat_prompt_ids(tok, p) for p in jsonl_prompts(path, args.prompts)]
             for name, path in SMOL_SETS.items()}
     before = os.getloadavg()
     rows = run_sets(engs, sets, args.new, args.fixed)

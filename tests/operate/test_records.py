@@ -36,3 +36,31 @@ def test_rollback_without_records_is_a_deploy_error(tmp_path):
     spec = spec_from_dict({"schema": 1, "model": {"name": "demo", "target": "t"}, "speculative": {"draft": "d"}})
     with pytest.raises(DeployError, match="no deploy of 'demo' to .* to roll back"):
         rollback_spec(spec, "127.0.0.1:1", tmp_path, out_engines=tmp_path / "engines")
+
+
+def test_deploy_keep_backups_reaches_the_deploy_and_refuses_zero(tmp_path, monkeypatch):
+    """`trtspec deploy --keep-backups N` is what prunes the server repository (default KEEP_BACKUPS); 0 would
+    leave rollback nothing to restore, so the CLI refuses it."""
+    from click.testing import CliRunner
+
+    from trtspec.backends.base import Backend
+    from trtspec.cli import main
+    from trtspec.serve.deploy import KEEP_BACKUPS
+
+    seen = {}
+
+    def fake_deploy(self, spec, url, server_repo, **kwargs):
+        seen.update(kwargs)
+        raise DeployError("stop here")
+
+    monkeypatch.setattr(Backend, "deploy", fake_deploy)
+    spec = tmp_path / "trtspec.toml"
+    spec.write_text('schema = 1\n[model]\nname = "demo"\ntarget = "t"\n[speculative]\ndraft = "d"\n')
+    args = ["deploy", "-c", str(spec), "--url", "127.0.0.1:1", "--server-repo", str(tmp_path / "srv")]
+    CliRunner().invoke(main, args)
+    assert seen["keep_backups"] == KEEP_BACKUPS
+    CliRunner().invoke(main, args + ["--keep-backups", "5"])
+    assert seen["keep_backups"] == 5
+    seen.clear()
+    refused = CliRunner().invoke(main, args + ["--keep-backups", "0"])
+    assert refused.exit_code == 64 and "--keep-backups" in refused.output and not seen  # UsageError

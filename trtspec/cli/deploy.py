@@ -34,11 +34,14 @@ from trtspec.cli.options import admin_key_option, config_option, grpc_client_opt
               "new one (requests fail until it is loaded), for a server without memory for a second copy.")
 @click.option("--timeout", default=300.0, show_default=True, type=float,
               help="Seconds for model (un)loading and for each smoke request.")
+@click.option("--keep-backups", default=3, show_default=True, type=click.IntRange(min=1), metavar="N",
+              help="Backup dirs (.trtspec-backup-*) kept in --server-repo after a successful deploy, newest "
+                   "first; at least 1: `trtspec rollback` restores the newest.")
 @admin_key_option
 @grpc_client_options
 @json_option
 def deploy(config, url, server_repo, grpc_url, out_repo, out_engines, smoke_prompt, smoke_tokens, no_rollback,
-           no_candidate, timeout, admin_key, as_json, grpc_options) -> None:
+           no_candidate, timeout, keep_backups, admin_key, as_json, grpc_options) -> None:
     """Deploy the spec's build (`trtspec build`) onto an already running Triton server, without an outage.
 
     Copies model_repository/<name>/ and engines/<name>/ into --server-repo. While the deployment
@@ -65,7 +68,8 @@ def deploy(config, url, server_repo, grpc_url, out_repo, out_engines, smoke_prom
     result = backends.for_spec(spec).deploy(
         spec, url, server_repo, grpc_url=grpc_url, smoke_prompt=smoke_prompt, smoke_tokens=smoke_tokens,
         rollback=not no_rollback, candidate=not no_candidate, out_repo=out_repo, out_engines=out_engines,
-        timeout=timeout, admin_key=admin_key or admin_key_for(url), grpc_options=grpc_options)
+        timeout=timeout, admin_key=admin_key or admin_key_for(url), grpc_options=grpc_options,
+        keep_backups=keep_backups)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
         return

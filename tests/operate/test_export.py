@@ -171,3 +171,27 @@ def test_the_validator_catches_a_broken_manifest(tmp_path):
 def test_k8s_refuses_a_bad_namespace(tmp_path):
     result = CliRunner().invoke(main, ["export", "k8s", "-c", str(_gpu_spec(tmp_path)), "--namespace", "Bad_NS"])
     assert result.exit_code == 4 and "error: namespace 'Bad_NS' is not a DNS-1123 label" in result.output
+
+
+@needs_demo_models
+def test_vllm_maps_suffix_decoding_with_its_keys():
+    """vLLM's method "suffix" with the suffix_decoding_* keys (vllm/config/speculative.py), whatever the spec's
+    TensorRT-LLM version (1.2.1 has no SA drafter; the vLLM export does not depend on it)."""
+    out = _vllm(DEMO / "suffix.toml")
+    config = out["speculative_config"]
+    s = load_spec(DEMO / "suffix.toml").speculative
+    assert config == {"method": "suffix", "num_speculative_tokens": s.num_draft_tokens,
+                      "suffix_decoding_max_tree_depth": s.suffix.max_depth,
+                      "suffix_decoding_max_cached_requests": 0,  # the global cache stays off, as trtspec's default
+                      "suffix_decoding_max_spec_factor": s.suffix.max_spec_factor,
+                      "suffix_decoding_min_token_prob": s.suffix.min_token_prob}
+    assert "arctic-inference" in out["note"]
+
+
+def test_vllm_refuses_a_suffix_offset_it_cannot_express():
+    from trtspec.export.vllm import speculative_config
+
+    spec = spec_from_dict({"schema": 1, "model": {"target": "t"},
+                           "speculative": {"method": "suffix", "suffix": {"max_spec_offset": 2.0}}})
+    with pytest.raises(RepositoryError, match="vLLM's suffix has no speculation offset"):
+        speculative_config(spec)

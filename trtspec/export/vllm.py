@@ -10,10 +10,13 @@ module maps it to (`llmapi_options`: speculative_config.decoding_type):
     medusa                               -> medusa        (chain only: vLLM drafts one token per head)
     eagle (EAGLE-1/2 head) / Eagle       -> eagle;  an EAGLE-3 head / Eagle3 -> eagle3
     NGram (prompt lookup, method ngram)  -> ngram         (prompt_lookup_max = max_matching_ngram_size)
+    SA (SuffixDecoding, method suffix)   -> suffix        (suffix_decoding_* keys from [speculative.suffix])
 
-Anything else is a RepositoryError saying why: lookahead decoding (vLLM has no Jacobi window; method ngram is
-vLLM's ngram), suffix (vLLM's needs Arctic Inference; not mapped yet). The server binds 127.0.0.1 unless told otherwise and its API
-takes the key from $VLLM_API_KEY (never a literal key in the command).
+The LLM-API mapping is asked for a vLLM export, not a TensorRT-LLM deployment: a drafter the spec's TensorRT-LLM
+version lacks (SA before 1.3.0rc27) is still the algorithm it names. Anything else is a RepositoryError saying
+why: lookahead decoding (vLLM has no Jacobi window; method ngram is vLLM's ngram), a suffix spec with a key vLLM
+has no equivalent of, several drafters (a routed spec). The server binds 127.0.0.1 unless told otherwise and its
+API takes the key from $VLLM_API_KEY (never a literal key in the command).
 """
 
 from __future__ import annotations
@@ -30,10 +33,14 @@ from trtspec.spec import SCHEDULE_FLOOR, Spec
 BY_DECODING_MODE = {"draft_tokens_external": "draft_model", "medusa": "medusa", "eagle": "eagle"}
 # the LLM API's speculative_config.decoding_type -> vLLM's method
 BY_LLMAPI_TYPE = {"Draft_Target": "draft_model", "DraftTarget": "draft_model", "Eagle": "eagle3",
-                  "Eagle3": "eagle3", "NGram": "ngram"}
+                  "Eagle3": "eagle3", "NGram": "ngram", "SA": "suffix"}
+LLMAPI_PROBE_VERSION = "1.3.0"  # the TensorRT-LLM version the mapping asks the LLM API's drafter of (SA: >= 1.3.0rc27)
 HEAD_METHODS = frozenset({"medusa", "eagle", "eagle3"})  # vLLM methods whose `model` is a heads checkpoint
 EAGLE3_OF = {"eagle": "eagle3"}  # an EAGLE-3 head under an EAGLE mode
-NOTES = {"ngram": "vLLM's ngram drafts by prompt lookup (the prompt and output so far), as trtspec's ngram"}
+NOTES = {"ngram": "vLLM's ngram drafts by prompt lookup (the prompt and output so far), as trtspec's ngram",
+         "suffix": "vLLM's suffix needs Arctic Inference installed (pip install arctic-inference); "
+                   "suffix_decoding_max_cached_requests = 0 keeps its global cache of other requests' outputs off, "
+                   "as trtspec's default"}
 
 
 def vllm_method(spec: Spec) -> tuple[str | None, dict[str, Any]]:
@@ -48,7 +55,7 @@ def vllm_method(spec: Spec) -> tuple[str | None, dict[str, Any]]:
     name, config = BY_DECODING_MODE.get(m.speculative_decoding_mode or ""), {}
     if name is None:
         try:
-            config = m.llmapi_options(spec).get("speculative_config") or {}
+            config = m.llmapi_options(_llmapi_probe(spec)).get("speculative_config") or {}
         except Exception:  # noqa: BLE001 - the LLM API refuses it: so does this mapping
             config = {}
         name = BY_LLMAPI_TYPE.get(str(config.get("decoding_type", "")))
@@ -65,6 +72,31 @@ def vllm_method(spec: Spec) -> tuple[str | None, dict[str, Any]]:
     return name, config
 
 
+def _llmapi_probe(spec: Spec) -> Spec:
+    """The spec as the LLM-API mapping is asked about it: at LLMAPI_PROBE_VERSION (see the module docstring)."""
+    t = spec.runtime.trtllm
+    runtime = spec.runtime.model_copy(update={"trtllm": t.model_copy(update={"version": LLMAPI_PROBE_VERSION})})
+    return spec.model_copy(update={"runtime": runtime})
+
+
+# vLLM's SuffixDecoding keys (vllm/config/speculative.py, SpeculativeConfig.suffix_decoding_*; read at vLLM
+# main 002e77c, the same four keys the suffix proposer reads in vllm/v1/spec_decode/suffix_decoding.py as
+# documented for tags v0.14.0 and v0.19.1) <- trtspec's [speculative.suffix]
+SUFFIX_KEYS = {"suffix_decoding_max_tree_depth": "max_depth", "suffix_decoding_max_cached_requests": "cache_requests",
+               "suffix_decoding_max_spec_factor": "max_spec_factor", "suffix_decoding_min_token_prob": "min_token_prob"}
+
+
+def suffix_options(spec: Spec) -> dict[str, Any]:
+    """[speculative.suffix] as vLLM's suffix_decoding_* keys. vLLM speculates max_spec_factor * match length
+    tokens with no offset, and bounds its global cache by requests only: a spec that sets max_spec_offset is
+    refused (the export would speculate differently), cache_tokens has no vLLM key (its bound is on requests)."""
+    s = spec.speculative.suffix
+    if s.max_spec_offset != 0:
+        raise RepositoryError(f"vLLM's suffix has no speculation offset; speculative.suffix.max_spec_offset = "
+                              f"{s.max_spec_offset}", hint="set max_spec_offset = 0 for the vLLM export")
+    return {key: getattr(s, ours) for key, ours in SUFFIX_KEYS.items()}
+
+
 def speculative_config(spec: Spec) -> dict[str, Any] | None:
     """vLLM's --speculative-config for the spec (None: plain decoding)."""
     name, llmapi = vllm_method(spec)
@@ -77,6 +109,8 @@ def speculative_config(spec: Spec) -> dict[str, Any] | None:
         config["draft_tensor_parallel_size"] = spec.gpu.tensor_parallel  # 1 or the target's
     elif name in HEAD_METHODS:
         config["model"] = str(Path(s.heads).resolve())
+    elif name == "suffix":
+        config.update(suffix_options(spec))
     else:  # ngram: the longest n-gram matched at the end of the sequence, as the LLM API's drafter
         config["prompt_lookup_max"] = int(llmapi.get("max_matching_ngram_size") or 2)
         config["prompt_lookup_min"] = 1

@@ -1,6 +1,7 @@
-"""`trtspec train eagle3`: a drafter for the user's own target, the way SpecForge / vllm-project/speculators
-train EAGLE-3 heads, small enough for a CPU and a small model. Stages, each cached in the work dir (so a
-killed run resumes where it stopped, `--resume`):
+"""`trtspec train eagle3|eagle|medusa|draft-model`: a drafter for the user's own target, the way SpecForge /
+vllm-project/speculators train EAGLE-3 heads, small enough for a CPU and a small model. Every kind runs the
+same stages on the same cached data (one work dir can serve all four: `--work`); each stage is cached in the
+work dir (so a killed run resumes where it stopped, `--resume`):
 
   1. data       prompts (a builtin set, or a .jsonl of {"prompt"} / {"messages"}) answered by the target
                 itself through trtspec's runtime (SpecEngine.generate_batch, plain decoding, temperature 0.8),
@@ -10,16 +11,32 @@ killed run resumes where it stopped, `--resume`):
                 target's EOS ids always in), then one frozen-target pass over every sample: the three
                 captured layers (fp16) and the target's top-k logits over the draft vocabulary, stored once
                 in features.safetensors (never recomputed per epoch).
-  3. train      the TTT loss (train/eagle3.py), AdamW, warmup + cosine, seeded batch order; a budget of
-                --steps or --minutes; checkpoints (checkpoint/{head,optimizer}.safetensors + state.json,
-                no pickle) every `checkpoint_s` seconds and at the end.
-  4. export     fp16 head in the EAGLE-3 layout (artifacts.heads.write_eagle3) + trtspec.train.json
-                (data, budget, losses, measured acceptance), written atomically into --out.
+                Medusa and EAGLE-1 heads also need the target's final (post-norm) hidden state f_t: one more
+                pass (logits skipped) into hidden.safetensors, keyed by the data alone.
+  3. train      per kind (AdamW, warmup + cosine, seeded batch order; a budget of --steps or --minutes;
+                checkpoints `checkpoint[-kind]/{head,optimizer}.safetensors` + state.json, no pickle, every
+                `checkpoint_s` seconds and at the end). Every loss is a soft cross-entropy against the
+                target's top-k over the draft vocabulary (positions whose target argmax lies outside it are
+                left out), so that all kinds learn from the very same teacher rows:
+                  eagle3       the TTT loss (train/eagle3.py)
+                  eagle        EAGLE-1: smooth-L1(f^_{t+1}, f_{t+1}) + 0.1 soft-CE(L f^_{t+1}), inputs
+                               (E[x_{t+1}], f_t + uniform noise); L = the target's lm_head, frozen
+                  medusa       head h at t against the teacher at t+1+h (0.8^h); the residual blocks train,
+                               and the lm_head rows of the draft vocabulary (initialised from the target's;
+                               the other rows stay the target's)
+                  draft-model  a small Llama (--draft-layers/--draft-hidden; the target's vocabulary and
+                               tokenizer, embeddings and lm_head initialised from the target's when the
+                               widths agree) on full-vocabulary logits against the same teacher rows
+  4. export     fp16 weights in the layout the method loads (artifacts.heads.write_eagle3 / write_eagle /
+                write_medusa, a LlamaForCausalLM dir for draft-model) + trtspec.train.json (data, budget,
+                losses, measured acceptance), written atomically into --out.
   5. measure    greedy speculative decoding through SpecEngine on held-out prompts (never trained on):
                 K-token chain and a tree, tokens per verify step, acceptance rate, identity with plain.
 
-Work dir: .trtspec/train/<out name>/ (gitignored). `trtspec models train-demo` keeps the demo family's own
-recipe (train/demo.py); both share the runtime's acceptance measurement.
+Work dir: .trtspec/train/<out name>/ (gitignored); pass the same --work (and --draft-vocab) to train another
+kind on an existing run's data and features. `trtspec models train-demo` keeps the demo family's own recipe
+(train/demo.py: fixed windows of a plain-text corpus, its own target trained first); both share the runtime's
+acceptance measurement.
 """
 
 from __future__ import annotations
@@ -44,7 +61,8 @@ from trtspec.train import prompts as builtin
 from trtspec.train.eagle3 import Eagle3Head, ttt_loss
 
 MANIFEST_FORMAT = 1
-KINDS = ("eagle3",)
+KINDS = ("eagle3", "eagle", "medusa", "draft-model")
+METHOD = {"eagle3": "eagle", "eagle": "eagle", "medusa": "medusa", "draft-model": "draft-model"}  # what serves it
 Reporter = Callable[[str, int, int, "float | None"], None]
 TREE = [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 1], [0, 0, 0, 0]]
 
@@ -77,6 +95,19 @@ class TrainConfig:
     eval_k: int = 4
     intermediate_size: int | None = None  # the head's MLP (default: the target's)
     checkpoint_s: float = 120.0
+    medusa_heads: int = 4
+    noise: float = 0.1           # EAGLE-1: uniform noise on the input features
+    draft_layers: int = 2        # draft-model: decoder layers
+    draft_hidden: int | None = None  # draft-model: width (default: the target's; heads scaled alike)
+
+    def recipe(self, kind: str) -> dict[str, Any]:
+        """The fields a `kind` run's weights depend on (the checkpoint key): not the budget, the device or
+        the measurement, nor another kind's options (so an older eagle3 checkpoint still resumes)."""
+        run = ("steps", "minutes", "device", "checkpoint_s", "eval_prompts", "eval_new_tokens")
+        own = {"eagle3": ("ttt_steps", "intermediate_size"), "eagle": ("noise", "intermediate_size"),
+               "medusa": ("medusa_heads",), "draft-model": ("draft_layers", "draft_hidden")}
+        other = {f for k, fs in own.items() if k != kind for f in fs} - set(own[kind])
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in run and k not in other}
 
     def data_key(self, target: dict[str, Any]) -> str:
         return digest({"target": target, **{k: getattr(self, k) for k in (
@@ -287,6 +318,45 @@ def make_features(work: Path, target: Path, cfg: TrainConfig, data: dict, aux: t
     return {**t, "wall_s": torch.tensor(wall)}
 
 
+@torch.no_grad()
+def make_hidden(work: Path, target: Path, cfg: TrainConfig, data: dict, report: Reporter, log) -> torch.Tensor:
+    """Stage 2b (Medusa, EAGLE-1): hidden.safetensors: the target's final post-norm hidden state [N, H] fp16
+    of every token (the rows of features.safetensors), what those heads read at serving; keyed by the data."""
+    from trtspec.runtime.cache import chain_inputs
+    from trtspec.runtime.llama import Llama
+
+    path, meta_path = work / "hidden.safetensors", work / "hidden.json"
+    key = digest({"data": data["sha256"], "what": "final post-norm hidden"})
+    meta = read_json(meta_path)
+    if meta is not None and meta.get("key") == key and path.is_file():
+        log("hidden states: cached")
+        return load_file(path)["hidden"]
+    t0 = time.perf_counter()
+    model = Llama.from_dir(target, device=cfg.device, name="target", weight_dtype=torch.float32)
+    samples = data["samples"]
+    order = sorted(range(len(samples)), key=lambda i: len(samples[i]["ids"]))
+    rows: dict[int, torch.Tensor] = {}
+    batch = 4
+    for bi in range(0, len(order), batch):
+        idx = order[bi:bi + batch]
+        seqs = [samples[i]["ids"] for i in idx]
+        T = max(len(s) for s in seqs)
+        model.set_max_seq(T + 1)
+        cache = model.new_cache(len(idx), T + 1)
+        tokens = torch.tensor([s + [0] * (T - len(s)) for s in seqs], device=cfg.device)
+        inp = chain_inputs([0] * len(idx), T, cfg.device)
+        _, h = model.forward(cache, inp.positions, inp.start, inp.mask, tokens=tokens, logits=False)
+        for b, i in enumerate(idx):
+            rows[i] = h[b, :len(seqs[b])].half().cpu()
+        report("hidden", min(len(order), bi + batch), len(order), None)
+    out = torch.cat([rows[i] for i in range(len(samples))])
+    save_weights({"hidden": out}, path)
+    wall = round(time.perf_counter() - t0, 1)
+    write_json(meta_path, {"key": key, "wall_s": wall})
+    log(f"hidden states: {len(out):,} tokens in {wall:.0f}s")
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ train
 
 
@@ -314,8 +384,9 @@ def _batches(offsets: torch.Tensor, budget: int, seed: int, epoch: int) -> list[
     return out
 
 
-def _gather(f: dict[str, torch.Tensor], idx: list[int], device: str) -> tuple[torch.Tensor, ...]:
-    """Samples `idx` of the features, right-padded with zeros to the longest (padding carries no loss)."""
+def _gather(f: dict[str, torch.Tensor], idx: list[int], device: str) -> dict[str, torch.Tensor]:
+    """Samples `idx` of the features (every per-token row tensor), right-padded with zeros to the longest
+    (padding carries no loss): ids, top_ids long; mask bool; the rest float32."""
     o = f["offsets"]
     spans = [(int(o[i]), int(o[i + 1])) for i in idx]
     T = max(b - a for a, b in spans)
@@ -325,10 +396,10 @@ def _gather(f: dict[str, torch.Tensor], idx: list[int], device: str) -> tuple[to
         out = src.new_zeros(len(spans), T, *src.shape[1:])
         for r, (a, b) in enumerate(spans):
             out[r, : b - a] = src[a:b]
-        return out.to(device)
+        out = out.to(device)
+        return out.long() if name in ("ids", "top_ids") else out.bool() if name == "mask" else out.float()
 
-    return (pad("ids").long(), pad("feats").float(), pad("top_ids").long(), pad("top_logits").float(),
-            pad("mask").bool())
+    return {name: pad(name) for name in ("ids", "feats", "top_ids", "top_logits", "mask", "hidden") if name in f}
 
 
 def _lr(cfg: TrainConfig, step: int, total: int) -> float:
@@ -340,7 +411,7 @@ def _lr(cfg: TrainConfig, step: int, total: int) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
 
 
-def _save_checkpoint(ck: Path, head: Eagle3Head, opt: torch.optim.Optimizer, state: dict) -> None:
+def _save_checkpoint(ck: Path, head: torch.nn.Module, opt: torch.optim.Optimizer, state: dict) -> None:
     """head + AdamW moments as safetensors, the rest as JSON (no pickle); written beside, then renamed."""
     ck.mkdir(parents=True, exist_ok=True)
     names = {p: n for n, p in head.named_parameters()}
@@ -356,7 +427,7 @@ def _save_checkpoint(ck: Path, head: Eagle3Head, opt: torch.optim.Optimizer, sta
     write_json(ck / "state.json", state)
 
 
-def _load_checkpoint(ck: Path, head: Eagle3Head, opt: torch.optim.Optimizer) -> dict | None:
+def _load_checkpoint(ck: Path, head: torch.nn.Module, opt: torch.optim.Optimizer) -> dict | None:
     state = read_json(ck / "state.json")
     if state is None or not (ck / "head.safetensors").is_file() or not (ck / "optimizer.safetensors").is_file():
         return None
@@ -369,19 +440,39 @@ def _load_checkpoint(ck: Path, head: Eagle3Head, opt: torch.optim.Optimizer) -> 
     return state
 
 
-def train_head(work: Path, head: Eagle3Head, f: dict[str, torch.Tensor], cfg: TrainConfig, key: str, resume: bool,
-               report: Reporter, log) -> dict[str, Any]:
-    """Stage 3: returns the training record (steps, wall, losses)."""
+Loss = Callable[[torch.nn.Module, dict[str, torch.Tensor], int], tuple[torch.Tensor, list[float], list[float]]]
+
+
+def _extend(state: dict, cfg: TrainConfig) -> None:
+    """--resume with a larger budget than the checkpoint's run had: the schedule's length grows to it (the
+    cosine is stretched from where it stands, so the learning rate rises back a little)."""
+    step, wall = state["step"], state["wall_s"]
+    if cfg.steps is not None and cfg.steps > (state["total"] or 0):
+        state["total"] = cfg.steps
+    elif cfg.minutes is not None and cfg.minutes * 60 > wall and state["total"] is not None and step >= state["total"]:
+        state["total"] = max(step + 1, int(cfg.minutes * 60 / (wall / max(1, step))))
+
+
+def train_head(work: Path, head: torch.nn.Module, f: dict[str, torch.Tensor], cfg: TrainConfig, key: str,
+               resume: bool, report: Reporter, log, loss_fn: Loss | None = None,
+               checkpoint: str = "checkpoint") -> dict[str, Any]:
+    """Stage 3: returns the training record (steps, wall, losses). loss_fn(module, batch, step) ->
+    (loss, per-part losses, per-part top-1 agreement); default the EAGLE-3 TTT loss."""
+    if loss_fn is None:
+        def loss_fn(m, b, step):
+            return ttt_loss(m, b["ids"], b["feats"], b["top_ids"], b["top_logits"], b["mask"], cfg.ttt_steps)
     torch.manual_seed(cfg.seed)
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    ck = work / "checkpoint"
+    ck = work / checkpoint
     state = _load_checkpoint(ck, head, opt) if resume else None
     if state is not None and state.get("key") != key:
         raise SpecError(f"--resume: the checkpoint in {ck} is of another run (data, head or recipe differ)",
                         hint="run without --resume to start afresh")
     if state is None:
         state = {"key": key, "step": 0, "wall_s": 0.0, "total": cfg.steps, "history": []}
+    else:
+        _extend(state, cfg)
     per_epoch = len(_batches(f["offsets"], cfg.batch_tokens, cfg.seed, 0))
     t_start, t_saved = time.perf_counter() - state["wall_s"], time.perf_counter()
     ema = None
@@ -396,10 +487,10 @@ def train_head(work: Path, head: Eagle3Head, f: dict[str, torch.Tensor], cfg: Tr
             break
         epoch, i = divmod(step, per_epoch)
         idx = _batches(f["offsets"], cfg.batch_tokens, cfg.seed, epoch)[i]
-        ids, feats, top_ids, top_logits, mask = _gather(f, idx, cfg.device)
+        batch = _gather(f, idx, cfg.device)
         for g in opt.param_groups:
             g["lr"] = _lr(cfg, step, total)
-        loss, losses, accs = ttt_loss(head, ids, feats, top_ids, top_logits, mask, cfg.ttt_steps)
+        loss, losses, accs = loss_fn(head, batch, step)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -426,18 +517,185 @@ def train_head(work: Path, head: Eagle3Head, f: dict[str, torch.Tensor], cfg: Tr
 # ------------------------------------------------------------------------------------------- the driver
 
 
-def default_out(target: Path) -> Path:
-    return Path(target).parent / f"{Path(target).name}-eagle3"
+def default_out(target: Path, kind: str = "eagle3") -> Path:
+    return Path(target).parent / f"{Path(target).name}-{kind}"
 
 
-def train_eagle3(target: Path, out: Path, cfg: TrainConfig, *, resume: bool = False, work: Path | None = None,
-                 report: Reporter = _silent, log: Callable[[str], None] = lambda s: None,
-                 until: str | None = None) -> dict[str, Any] | None:
-    """Train an EAGLE-3 head for the checkpoint `target` into `out` (replaced atomically); returns its manifest.
-    `until` = "data" | "features": stop after that stage (cached in the work dir; None returned), so that a
-    shared machine can run the stages as separate bounded jobs."""
+def _soft_ce(logq: torch.Tensor, top_ids: torch.Tensor, top_logits: torch.Tensor,
+             mask: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Masked mean soft cross-entropy of log-probs logq [B, T, V'] against the teacher's top-k (ids into V'),
+    and the top-1 agreement with the teacher's argmax."""
+    p = torch.softmax(top_logits.float(), -1)
+    ce = -(p * logq.gather(-1, top_ids)).sum(-1)
+    m = mask.float()
+    denom = m.sum().clamp(min=1.0)
+    acc = ((logq.argmax(-1) == top_ids[..., 0]).float() * m).sum() / denom
+    return (ce * m).sum() / denom, float(acc)
+
+
+def medusa_loss(heads, b: dict[str, torch.Tensor], decay: float = 0.8):
+    """Head h at position t against the teacher's row at t+1+h (it predicts x_{t+2+h}), weighted decay^h."""
+    f, T = b["hidden"], b["hidden"].shape[1]
+    total, losses, accs = f.new_zeros(()), [], []
+    for h in range(heads.num_heads):
+        n = T - 1 - h
+        if n <= 0:
+            break
+        logq = torch.log_softmax(heads.logits(h, f[:, :n]).float(), -1)
+        loss, acc = _soft_ce(logq, b["top_ids"][:, 1 + h:], b["top_logits"][:, 1 + h:], b["mask"][:, 1 + h:])
+        total = total + decay ** h * loss
+        losses.append(float(loss.detach()))
+        accs.append(acc)
+    return total, losses, accs
+
+
+def eagle1_loss(head, lm: torch.Tensor, embed: torch.Tensor, b: dict[str, torch.Tensor], noise: float,
+                gen: torch.Generator, logit_weight: float = 0.1):
+    """EAGLE-1: (E[x_{t+1}], f_t + U(-noise, noise)) -> f^_{t+1}; smooth-L1 to f_{t+1} + 0.1 soft-CE of
+    lm f^_{t+1} (lm: the target's lm_head rows of the draft vocabulary) against the teacher at t+1."""
+    import torch.nn.functional as F
+
+    f, ids, m = b["hidden"], b["ids"], b["mask"][:, 1:]
+    if f.shape[1] < 2:
+        return f.new_zeros((), requires_grad=True), [], []
+    x = f[:, :-1] + (torch.rand(f[:, :-1].shape, generator=gen) - 0.5).to(f.device) * 2 * noise
+    pred = head(F.embedding(ids[:, 1:], embed), x)
+    reg = F.smooth_l1_loss(pred, f[:, 1:], reduction="none").mean(-1)
+    reg = (reg * m.float()).sum() / m.float().sum().clamp(min=1.0)
+    logq = torch.log_softmax((pred @ lm.T).float(), -1)
+    ce, acc = _soft_ce(logq, b["top_ids"][:, 1:], b["top_logits"][:, 1:], m)
+    return reg + logit_weight * ce, [float(reg.detach()), float(ce.detach())], [acc]
+
+
+def draft_loss(model, b: dict[str, torch.Tensor], used: torch.Tensor):
+    """A draft LM's full-vocabulary logits at t against the teacher's row at t (mapped to target ids)."""
+    logits = model(input_ids=b["ids"], use_cache=False).logits
+    logq = torch.log_softmax(logits.float(), -1)
+    loss, acc = _soft_ce(logq, used[b["top_ids"]], b["top_logits"], b["mask"])
+    return loss, [float(loss.detach())], [acc]
+
+
+def draft_config(t: ModelConfig, cfg: TrainConfig) -> ModelConfig:
+    """The distilled draft's shape: the target's vocabulary, RoPE and special ids; `draft_layers` layers of
+    width `draft_hidden` (heads scaled by the width, head_dim kept), untied; a Llama."""
+    H = cfg.draft_hidden or t.hidden_size
+    heads = max(1, round(t.num_heads * H / t.hidden_size))
+    kv = max(1, min(heads, round(t.num_kv_heads * H / t.hidden_size)))
+    while heads % kv:
+        kv -= 1
+    return dataclasses.replace(
+        t, model_type="llama", architectures=("LlamaForCausalLM",), num_layers=cfg.draft_layers, hidden_size=H,
+        intermediate_size=max(8, round(t.intermediate_size * H / t.hidden_size)), num_heads=heads,
+        num_kv_heads=kv, head_dim=t.head_dim if heads * t.head_dim == H else H // heads,
+        tie_word_embeddings=False, layer_types=(), sliding_window=None, torch_dtype="float16")
+
+
+def _target_lm_head(target: Path, tcfg: ModelConfig) -> torch.Tensor:
+    from trtspec.artifacts.weights import load_weights
+
+    w = load_weights(target)
+    for name in ("lm_head.weight", "model.lm_head.weight"):
+        if name in w and not tcfg.tie_word_embeddings:
+            return w[name].float()
+    return load_file_tensor(target, "embed_tokens.weight").float()
+
+
+def _copy_tokenizer(target: Path, out: Path) -> None:
+    """The target's tokenizer files beside a draft (the draft-model method wants the same tokenizer)."""
+    import shutil
+
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+                 "tokenizer.model", "chat_template.jinja", "generation_config.json"):
+        if (Path(target) / name).is_file():
+            shutil.copyfile(Path(target) / name, Path(out) / name)
+
+
+def _build(kind: str, target: Path, tcfg: ModelConfig, cfg: TrainConfig, feats: dict[str, torch.Tensor]):
+    """(module to train, its loss, a writer of its layout into a dir, its layout's architecture)."""
+    from trtspec.train.heads import EagleHead, VocabMedusa
+
+    used = feats["used"].to(cfg.device)
+    torch.manual_seed(cfg.seed)  # the module's initialisation
+    if kind == "eagle3":
+        layer = head_config(tcfg, cfg)
+        embed = load_file_tensor(target, "embed_tokens.weight")
+        head = Eagle3Head(layer, tcfg.hidden_size, feats["used"], embed,
+                          max_positions=int((feats["offsets"][1:] - feats["offsets"][:-1]).max()) + 16).to(cfg.device)
+        aux = layouts.default_aux_layers(tcfg.num_layers)
+
+        def write(d: Path) -> None:
+            raw = layouts.eagle3_raw_config(
+                _layer_keys(layer), vocab_size=tcfg.vocab_size, draft_vocab_size=head.draft_vocab_size,
+                target_hidden_size=tcfg.hidden_size, aux_layers=aux, torch_dtype="float16")
+            layouts.write_eagle3(d, {k: (v.half() if v.is_floating_point() else v).cpu()
+                                     for k, v in head.layout_tensors().items()}, raw)
+        return head, None, write, layouts.EAGLE3_ARCHITECTURE
+    lm = _target_lm_head(target, tcfg)
+    if kind == "medusa":
+        heads = VocabMedusa(tcfg.hidden_size, lm[feats["used"]], cfg.medusa_heads).to(cfg.device)
+
+        def write(d: Path) -> None:
+            layouts.write_medusa(d, {k: v.half().cpu() for k, v in heads.layout_tensors(lm, feats["used"]).items()},
+                                 hidden_size=tcfg.hidden_size, vocab_size=tcfg.vocab_size, num_layers=1,
+                                 base_model_name_or_path=str(target))
+        return heads, lambda m, b, step: medusa_loss(m, b), write, "MedusaHeads"
+    if kind == "eagle":
+        layer = dataclasses.replace(head_config(tcfg, cfg), architectures=("LlamaForCausalLM",), model_type="llama",
+                                    tie_word_embeddings=False, sliding_window=None, torch_dtype="float16")
+        head = EagleHead(layer).to(cfg.device)
+        embed = load_file_tensor(target, "embed_tokens.weight").float().to(cfg.device)
+        lm_used = lm[feats["used"]].to(cfg.device)
+
+        def loss(m, b, step):
+            gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)  # resumable: noise per step
+            return eagle1_loss(m, lm_used, embed, b, cfg.noise, gen)
+
+        def write(d: Path) -> None:
+            raw = {**layer.to_hf_dict(), "eagle": True, "bias": True, "base_model_name_or_path": str(target)}
+            from trtspec.artifacts.hf import with_legacy_keys
+            layouts.write_eagle(d, {k: v.detach().half().cpu() for k, v in head.state_dict().items()},
+                                with_legacy_keys(raw, layer))
+        return head, loss, write, "LlamaForCausalLM (EAGLE-1 head)"
+    if kind == "draft-model":
+        from transformers import LlamaForCausalLM
+
+        from trtspec.artifacts.hf import with_legacy_keys
+
+        dc = draft_config(tcfg, cfg)
+        hf = dc.to_hf()
+        hf._attn_implementation = "sdpa"
+        model = LlamaForCausalLM(hf)
+        with torch.no_grad():
+            if dc.hidden_size == tcfg.hidden_size:  # start from the target's embeddings and LM head
+                model.model.embed_tokens.weight.copy_(load_file_tensor(target, "embed_tokens.weight").float())
+                model.lm_head.weight.copy_(lm)
+        model = model.to(cfg.device)
+
+        def write(d: Path) -> None:
+            model.to(torch.float16).save_pretrained(str(d))
+            model.to(torch.float32)
+            from trtspec.artifacts.fs import read_json as rj
+            write_json(d / CONFIG, with_legacy_keys(rj(d / CONFIG) or {}, dc))
+            _copy_tokenizer(target, d)
+        return model, lambda m, b, step: draft_loss(m, b, used), write, "LlamaForCausalLM"
+    raise SpecError(f"no drafter kind {kind!r}", hint=f"one of {', '.join(KINDS)}")
+
+
+def train_eagle3(target: Path, out: Path, cfg: TrainConfig, **kw) -> dict[str, Any] | None:
+    """Train an EAGLE-3 head (train_drafter("eagle3", ...))."""
+    return train_drafter("eagle3", target, out, cfg, **kw)
+
+
+def train_drafter(kind: str, target: Path, out: Path, cfg: TrainConfig, *, resume: bool = False,
+                  work: Path | None = None, report: Reporter = _silent, log: Callable[[str], None] = lambda s: None,
+                  until: str | None = None) -> dict[str, Any] | None:
+    """Train a `kind` drafter for the checkpoint `target` into `out` (replaced atomically); returns its
+    manifest. `until` = "data" | "features": stop after that stage (cached in the work dir; None returned),
+    so that a shared machine can run the stages as separate bounded jobs."""
     from trtspec.artifacts.tokenizer import load_tokenizer
 
+    if kind not in KINDS:
+        raise SpecError(f"no drafter kind {kind!r}", hint=f"one of {', '.join(KINDS)}")
     target, out = Path(target), Path(out)
     if cfg.steps is None and cfg.minutes is None and until is None:
         raise SpecError("no training budget", hint="pass --steps N or --minutes M")
@@ -453,24 +711,29 @@ def train_eagle3(target: Path, out: Path, cfg: TrainConfig, *, resume: bool = Fa
         return None
     aux = layouts.default_aux_layers(tcfg.num_layers)
     feats = make_features(work, target, cfg, data, aux, report, log)
+    wall = {"data": data["wall_s"], "features": float(feats["wall_s"])}
+    if kind != "eagle3":
+        feats.pop("feats")  # the captured layers: EAGLE-3's alone
+    if kind in ("medusa", "eagle"):
+        t1 = time.perf_counter()
+        feats["hidden"] = make_hidden(work, target, cfg, data, report, log)
+        wall["hidden"] = round(time.perf_counter() - t1, 1)
     if until == "features":
         return None
-    layer = head_config(tcfg, cfg)
-    embed = load_file_tensor(target, "embed_tokens.weight")
-    torch.manual_seed(cfg.seed)  # the head's initialisation
-    head = Eagle3Head(layer, tcfg.hidden_size, feats["used"], embed,
-                      max_positions=int((feats["offsets"][1:] - feats["offsets"][:-1]).max()) + 16).to(cfg.device)
-    key = digest({"data": data["sha256"], "aux": list(aux), "vocab": len(feats["used"]),
-                  "recipe": {k: v for k, v in dataclasses.asdict(cfg).items()
-                             if k not in ("steps", "minutes", "device", "checkpoint_s", "eval_prompts", "eval_new_tokens")}})
-    record = train_head(work, head, feats, cfg, key, resume, report, log)
-    raw = layouts.eagle3_raw_config(
-        _layer_keys(layer), vocab_size=tcfg.vocab_size, draft_vocab_size=head.draft_vocab_size,
-        target_hidden_size=tcfg.hidden_size, aux_layers=aux, torch_dtype="float16")
+    module, loss_fn, write, architecture = _build(kind, target, tcfg, cfg, feats)
+    key = digest({"data": data["sha256"], "aux": list(aux), "vocab": len(feats["used"]), "recipe": cfg.recipe(kind),
+                  **({"kind": kind} if kind != "eagle3" else {})})
+    record = train_head(work, module, feats, cfg, key, resume, report, log, loss_fn,
+                        "checkpoint" if kind == "eagle3" else f"checkpoint-{kind}")
+    module.eval()
+    extra: dict[str, Any] = {"draft_vocab_size": len(feats["used"])}
+    if kind == "eagle3":
+        extra["aux_layers"] = list(aux)
+    if kind == "draft-model":
+        extra["draft"] = {"num_layers": cfg.draft_layers, "hidden_size": module.config.hidden_size}
     with atomic_dir(out) as tmp:
-        tensors = {k: (v.half() if v.is_floating_point() else v).cpu() for k, v in head.layout_tensors().items()}
-        layouts.write_eagle3(tmp, tensors, raw)
-        acceptance = measure(tmp, target, tok, data["heldout"], cfg, report)
+        write(tmp)
+        acceptance = measure(tmp, target, tok, data["heldout"], cfg, report, method=METHOD[kind])
         record_m = manifest.new(
             manifest.TRAIN, MANIFEST_FORMAT,
             inputs={"target": {"path": str(target), **_target_id(target), "num_layers": tcfg.num_layers,
@@ -481,13 +744,11 @@ def train_eagle3(target: Path, out: Path, cfg: TrainConfig, *, resume: bool = Fa
                              "heldout_prompts": len(data["heldout"]),
                              "generated_by": "SpecEngine.generate_batch, plain decoding" if data["mode"] == "prompts"
                              else None, "temperature": cfg.temperature if data["mode"] == "prompts" else None}},
-            outputs=manifest.file_table(tmp), method="eagle3", architecture=layouts.EAGLE3_ARCHITECTURE,
-            created_by="trtspec train eagle3", recipe=dataclasses.asdict(cfg),
-            draft_vocab_size=head.draft_vocab_size, aux_layers=list(aux),
-            params=sum(p.numel() for p in head.parameters()),
+            outputs=manifest.file_table(tmp), method=kind, architecture=architecture,
+            created_by=f"trtspec train {kind}", recipe=dataclasses.asdict(cfg), **extra,
+            params=sum(p.numel() for p in module.parameters() if p.requires_grad),
             budget={"steps": cfg.steps, "minutes": cfg.minutes, "steps_done": record["step"],
-                    "epochs": record["epochs"], "wall_s": {"data": data["wall_s"], "features": float(feats["wall_s"]),
-                                                           "train": record["wall_s"],
+                    "epochs": record["epochs"], "wall_s": {**wall, "train": record["wall_s"],
                                                            "total_this_run": round(time.perf_counter() - t0, 1)}},
             losses={"final_loss_ema": record["final_loss_ema"], "history": record["history"]},
             acceptance=acceptance)
@@ -520,9 +781,10 @@ def _layer_keys(c: ModelConfig) -> dict[str, Any]:
 
 
 @torch.no_grad()
-def measure(heads: Path, target: Path, tok, heldout: list, cfg: TrainConfig, report: Reporter = _silent) -> dict:
-    """Greedy decoding of held-out prompts through SpecEngine: plain, the K chain and the TREE, fixed K
-    (adaptive off), fp32 drafter weights. tokens_per_step = tokens of verify steps / verify steps."""
+def measure(heads: Path, target: Path, tok, heldout: list, cfg: TrainConfig, report: Reporter = _silent,
+            method: str = "eagle") -> dict:
+    """Greedy decoding of held-out prompts through SpecEngine: plain, the K chain and the TREE (heads only),
+    fixed K (adaptive off), fp32 drafter weights. tokens_per_step = tokens of verify steps / verify steps."""
     import os
 
     from trtspec.runtime import SamplingParams
@@ -535,12 +797,13 @@ def measure(heads: Path, target: Path, tok, heldout: list, cfg: TrainConfig, rep
     os.environ["TRTSPEC_DRAFT_DTYPE"] = "float32"
     out: dict[str, Any] = {"prompts": len(prompts), "new_tokens": n, "what": "greedy, batch 1, fixed K, held-out prompts"}
     try:
-        plans = {"chain": ({"num_draft_tokens": cfg.eval_k}, cfg.eval_k),
-                 "tree": ({"num_draft_tokens": len(TREE), "choices": TREE}, len(TREE))}
+        plans = {"chain": ({"num_draft_tokens": cfg.eval_k}, cfg.eval_k)}
+        if method != "draft-model":
+            plans["tree"] = ({"num_draft_tokens": len(TREE), "choices": TREE}, len(TREE))
+        where = {"draft": str(Path(heads).resolve())} if method == "draft-model" else {"heads": str(Path(heads).resolve())}
         reference = None
         for i, (name, (extra, k)) in enumerate(plans.items()):
-            engine = _engine(target, {"method": "eagle", "heads": str(Path(heads).resolve()),
-                                      "adaptive": {"enabled": False}, **extra},
+            engine = _engine(target, {"method": method, **where, "adaptive": {"enabled": False}, **extra},
                              1, max(len(p) for p in prompts), n, cfg.device, tok)
             try:
                 if reference is None:

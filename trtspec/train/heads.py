@@ -95,17 +95,53 @@ class MedusaHeads(nn.Module):
         return sd
 
 
+class VocabMedusa(nn.Module):
+    """Medusa heads trained over a draft vocabulary (`trtspec train medusa`): head h's logits over it are
+    lm_h (f + silu(W_h f + b_h)), lm_h [Vd, H] initialised from the target's lm_head rows; the full layout's
+    lm head is the target's with those rows replaced (layout_tensors)."""
+
+    def __init__(self, dim: int, lm_rows: Tensor, n_heads: int = 4):
+        super().__init__()
+        self.res = nn.ModuleList(nn.Linear(dim, dim) for _ in range(n_heads))
+        for lin in self.res:
+            nn.init.zeros_(lin.weight)  # start as the identity map: x = f + silu(b)
+            nn.init.zeros_(lin.bias)
+        self.lm = nn.Parameter(lm_rows.detach().float().clone()[None].repeat(n_heads, 1, 1))
+
+    @property
+    def num_heads(self) -> int:
+        return len(self.res)
+
+    def logits(self, h: int, f: Tensor) -> Tensor:
+        """f [..., H] -> head h's logits over the draft vocabulary [..., Vd]."""
+        return (f + F.silu(self.res[h](f))) @ self.lm[h].T
+
+    def layout_tensors(self, lm_head: Tensor, used: Tensor) -> dict[str, Tensor]:
+        """The Medusa layout (artifacts.heads.write_medusa): lm_head [V, H] with rows `used` trained."""
+        sd = {}
+        for h, lin in enumerate(self.res):
+            full = lm_head.detach().float().clone()
+            full[used] = self.lm[h].detach().to(full.device)
+            sd[f"{h}.0.linear.weight"], sd[f"{h}.0.linear.bias"] = lin.weight.detach(), lin.bias.detach()
+            sd[f"{h}.1.weight"] = full
+        return sd
+
+
 class EagleHead(nn.Module):
     """EAGLE-1: f^_{t+1} = Layer(fc(cat([E[x_{t+1}], f_t]))), transformers' LlamaDecoderLayer without its
-    input norm, with the target's RoPE; causal attention over positions 0..T-1."""
+    input norm, with the target's RoPE; causal attention over positions 0..T-1. `shape`: a demo Shape, or
+    the one-layer ModelConfig of a user's target (`trtspec train eagle`)."""
 
-    def __init__(self, shape: Shape):
+    def __init__(self, shape: Shape | ModelConfig):
         super().__init__()
         from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-        self.config = replace(shape, n_layer=1).hf_config()
+        if isinstance(shape, Shape):
+            self.config, dim = replace(shape, n_layer=1).hf_config(), shape.dim
+        else:
+            self.config, dim = replace(shape, num_layers=1).to_hf(), shape.hidden_size
         self.config._attn_implementation = "sdpa"  # causal without a mask (eager would attend everywhere)
-        self.fc = nn.Linear(2 * shape.dim, shape.dim, bias=True)
+        self.fc = nn.Linear(2 * dim, dim, bias=True)
         layer = LlamaDecoderLayer(self.config, layer_idx=0)
         layer.input_layernorm = nn.Identity()
         self.layers = nn.ModuleList([layer])

@@ -9,6 +9,8 @@ up to --new tokens or the chat's EOS) it runs, prompt by prompt:
   transformers plain    LlamaForCausalLM.generate(do_sample=False) on the same checkpoint (fp32, KV cache)
   trtspec plain         the torch runtime in-process, num_draft_tokens = 0
   trtspec ngram         the same engine with n-gram prompt lookup (examples/smollm2/ngram.toml)
+  trtspec ... int8      the same with a weight-only int8 target (examples/smollm2/ngram-int8.toml: another
+                        model than fp32's, so its outputs are compared with its own plain decoding)
   served plain / spec   the same deployment through the bundled Triton server, gRPC streaming, chat sent as
                         the `messages` input (rendered by the server)
 
@@ -40,6 +42,7 @@ from trtspec.spec import load_spec  # noqa: E402
 
 MODEL = REPO / "examples" / "models" / "smollm2-135m-instruct"
 SPEC = REPO / "examples" / "smollm2" / "ngram.toml"
+SPECS = {"": SPEC, " int8": REPO / "examples" / "smollm2" / "ngram-int8.toml"}  # row suffix -> spec
 SETS = {"chat": REPO / "examples" / "smollm2" / "chat.jsonl", "code": REPO / "examples" / "smollm2" / "code.jsonl"}
 
 
@@ -68,34 +71,38 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM
 
-    spec = load_spec(SPEC)
-    engine = SpecEngine.from_spec(spec)
+    engines = {suffix: SpecEngine.from_spec(load_spec(path)) for suffix, path in SPECS.items()}
+    engine = engines[""]
     eos = sorted(engine.eos_ids)
     hf = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32).eval()
     sets = {name: [chat_prompt_ids(engine.tokenizer, p) for p in prompts(path, args.prompts)]
             for name, path in SETS.items()}
     rows: dict[str, dict[str, Meter]] = {name: {} for name in sets}
     warm = sets["chat"][0]
-    engine.generate(warm, SamplingParams(max_new_tokens=8, num_draft_tokens=0))
-    engine.generate(warm, SamplingParams(max_new_tokens=8))
+    for e in engines.values():
+        e.generate(warm, SamplingParams(max_new_tokens=8, num_draft_tokens=0))
+        e.generate(warm, SamplingParams(max_new_tokens=8))
     run_transformers(hf, warm, 8, eos)
+    runs = [(f"trtspec {run}{suffix}", e, k) for suffix, e in engines.items() for run, k in (("plain", 0), ("ngram", None))]
     for name, id_lists in sets.items():
         m = rows[name]
-        for key in ("transformers plain", "trtspec plain", "trtspec ngram"):
+        m["transformers plain"] = Meter()
+        for key, _, _ in runs:
             m[key] = Meter()
-        for ids in id_lists:
+        for ids in id_lists:  # prompt by prompt, every run side by side
             m["transformers plain"].add_tokens(*run_transformers(hf, ids, args.new, eos))
-            for key, k in (("trtspec plain", 0), ("trtspec ngram", None)):
-                r = engine.generate(ids, SamplingParams(max_new_tokens=args.new, num_draft_tokens=k))
-                m[key].add(r)
-    engine.close()
+            for key, e, k in runs:
+                m[key].add(e.generate(ids, SamplingParams(max_new_tokens=args.new, num_draft_tokens=k)))
+    for e in engines.values():
+        e.close()
     del hf
     if not args.no_served:
-        served(rows, args, spec)
+        for suffix, path in SPECS.items():
+            served(rows, args, load_spec(path), suffix)
     show(rows, args, load_before, os.getloadavg())
 
 
-def served(rows, args, spec) -> None:
+def served(rows, args, spec, suffix: str = "") -> None:
     from trtspec.builders import BuildOptions, build
     from trtspec.client import generate_remote
     from trtspec.serve import TritonServer
@@ -109,7 +116,7 @@ def served(rows, args, spec) -> None:
             for name, path in SETS.items():
                 chats = [[{"role": "user", "content": p}] for p in prompts(path, args.prompts)]
                 generate_remote(server.grpc_url, "", messages=chats[0], max_tokens=8, timeout=120)  # warm-up
-                for key, k in (("served plain", 0), ("served ngram", None)):
+                for key, k in ((f"served plain{suffix}", 0), (f"served ngram{suffix}", None)):
                     m = rows[name][key] = Meter()
                     for chat in chats:
                         r = generate_remote(server.grpc_url, "", messages=chat, max_tokens=args.new,
@@ -126,14 +133,14 @@ def show(rows, args, before, after) -> None:
 
     table = Table(title=f"SmolLM2-135M-Instruct, batch 1, greedy, <= {args.new} new tokens, {args.threads} threads, "
                         f"{args.prompts} prompts per set")
-    for col in ("prompts", "run", "tokens", "tok/s", "x transformers", "x trtspec plain", "same as trtspec plain"):
+    for col in ("prompts", "run", "tokens", "tok/s", "x transformers", "x trtspec plain", "same as its plain"):
         table.add_column(col, justify="right" if col not in ("prompts", "run") else "left")
     for name, m in rows.items():
         hf, plain = m["transformers plain"].rate, m["trtspec plain"].rate
         for key, meter in m.items():
-            same = "-"
-            if meter.outputs and key != "trtspec plain":
-                same = f"{sum(a == b for a, b in zip(meter.outputs, m['trtspec plain'].outputs))}/{len(meter.outputs)}"
+            same, ref = "-", "trtspec plain int8" if key.endswith(" int8") else "trtspec plain"
+            if meter.outputs and key != ref:
+                same = f"{sum(a == b for a, b in zip(meter.outputs, m[ref].outputs))}/{len(meter.outputs)}"
             table.add_row(name, key, str(meter.tokens), f"{meter.rate:.1f}", f"{meter.rate / hf:.2f}x",
                           f"{meter.rate / plain:.2f}x", same)
     console = Console(width=140)

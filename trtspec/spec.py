@@ -89,6 +89,9 @@ class ModelSection(_Strict):
     target: CheckpointPath = Field(description="target checkpoint dir (HF format: config.json + safetensors)")
     tokenizer: CheckpointPath | None = Field(None, description="tokenizer dir (default: the target dir)")
     dtype: DType = Field("float16", description="serving dtype of the weights")
+    quantization: Literal["int8"] | None = Field(
+        None, description="weight-only int8 target (torch runtime): per-channel int8 linears, bf16 activations; "
+        "another model than the float one, speculative and plain decoding of it stay token-identical")
 
 
 class LookaheadSection(_Strict):
@@ -315,6 +318,11 @@ def _meaning_problems(spec: Spec) -> list[Problem]:
         p.extend(schedule_problems(spec, method.drafts))
     if s.draft_quantization is not None:
         p.extend(quantization_problems(spec, method.weights, backends.for_spec(spec).capabilities.gpu))
+    if spec.model.quantization is not None and backends.for_spec(spec).capabilities.gpu:
+        flags = " ".join(TRTLLM_WEIGHT_ONLY[spec.model.quantization])
+        p.append(Problem("model.quantization", spec.model.quantization, "applies to the torch runtime; trtspec "
+                         "converts TensorRT-LLM targets unquantized", f"remove it and quantize with TensorRT-LLM "
+                         f"(convert_checkpoint.py {flags}, or the LLM API's QuantConfig(quant_algo=W8A16))"))
     if s.adaptive.min_draft_tokens > s.num_draft_tokens:
         p.append(Problem("speculative.adaptive.min_draft_tokens", s.adaptive.min_draft_tokens,
                          f"exceeds speculative.num_draft_tokens ({s.num_draft_tokens})",

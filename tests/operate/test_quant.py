@@ -37,6 +37,52 @@ def test_int8_linear_matches_the_dequantized_product():
     assert torch.allclose(ql(x), torch.nn.functional.linear(x, q.float() * s[:, None], lin.b), atol=1e-3)
 
 
+def test_int8_rows_are_computed_independently():
+    """What keeps speculative decoding of an int8 target token-identical to plain decoding: a row's product
+    does not depend on how many rows are multiplied with it (a verify pass vs a decode step)."""
+    from trtspec.runtime.llama import Linear
+    from trtspec.runtime.quant import quantize_linear
+
+    ql = quantize_linear(Linear(torch.randn(96, 64), torch.randn(96)), "int8")
+    x = torch.randn(1, 9, 64)
+    batched = ql(x)
+    assert all(torch.equal(ql(x[:, i:i + 1]), batched[:, i:i + 1]) for i in range(9))
+    assert all(torch.equal(ql(x[:, :m]), batched[:, :m]) for m in range(1, 9))
+
+
+def test_int8_of_a_width_the_kernel_cannot_take_dequantizes():
+    """_weight_int8pack_mm (torch 2.13) segfaults for an input width that is not a multiple of 8: such a
+    linear is dequantized instead (the int8 numbers, the float kernel)."""
+    from trtspec.runtime.llama import Linear
+    from trtspec.runtime.quant import quantize_linear
+
+    lin = Linear(torch.randn(16, 33))
+    ql = quantize_linear(lin, "int8")
+    assert not isinstance(ql, Int8Linear)
+    q, s = quantize_int8(lin.w)
+    x = torch.randn(3, 33)
+    assert torch.allclose(ql(x), x @ (q.float() * s[:, None]).t(), atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["draft-model", "ngram"])
+def test_int8_target_speculation_is_plain_decoding_of_it(fam, method):
+    """model.quantization = "int8": the target's linears and head are int8; speculative decoding of the
+    quantized target gives its plain decoding's tokens."""
+    from trtspec.runtime import SamplingParams, SpecEngine
+
+    data = load_spec(family.write_spec(fam, method, draft="draft_near")).to_dict()
+    data["model"]["quantization"] = "int8"
+    engine = SpecEngine.from_spec(spec_from_dict(data))
+    try:
+        assert isinstance(engine.target.head, Int8Linear) and isinstance(engine.target.layers[0].gate_up, Int8Linear)
+        spec_out = engine.generate_batch(PROMPTS, SamplingParams(max_new_tokens=24))
+        plain = [engine.generate(p, SamplingParams(max_new_tokens=24, num_draft_tokens=0)) for p in PROMPTS]
+    finally:
+        engine.close()
+    assert [r.tokens for r in spec_out] == [r.tokens for r in plain]
+    assert sum(r.accepted for r in spec_out) > 0
+
+
 def _engine(fam, method, mode, **kw):
     from trtspec.runtime import SpecEngine
 
@@ -115,3 +161,12 @@ def test_draft_quantization_is_refused_where_it_does_not_apply(method, runtime, 
     assert message in problem
     if runtime:
         assert "convert_checkpoint.py --use_weight_only --weight_only_precision int8" in problem
+
+
+def test_target_quantization_is_refused_on_tensorrt_llm_runtimes():
+    data = {"schema": 1, "model": {"target": "t", "quantization": "int8"}, "speculative": {"method": "none"},
+            "runtime": {"kind": "trtllm-llmapi", "device": "cuda"}, "gpu": {"type": "h100"}}
+    with pytest.raises(SpecError) as err:
+        spec_from_dict(data)
+    problem = next(p for p in err.value.problems if p.startswith("model.quantization"))
+    assert "applies to the torch runtime" in problem and "W8A16" in problem

@@ -1,12 +1,18 @@
-"""Weight-only quantization of a drafter's linears (`speculative.draft_quantization = "int8" | "int4"`).
+"""Weight-only quantization: a drafter's linears (`speculative.draft_quantization = "int8" | "int4"`) and the
+target's (`model.quantization = "int8"`).
 
 Drafts only propose: the target verifies every token, so a quantized drafter changes acceptance, never the
 output (greedy: token identity; sampling: the rejection sampler gets the quantized drafter's own q, which its
-logits give). The target is never touched.
+logits give). A quantized target is another model (its own outputs, not fp32's): what stays true is that
+speculative and plain decoding of it give the same tokens — the int8 kernel computes each row on its own (a
+row's result does not depend on the rows beside it; tests/operate/test_quant.py checks it), as the fp32
+oneDNN path does.
 
     int8  per output channel, symmetric: W ~ s[n] * q[n, k], q in [-127, 127]; multiplied by
-          torch.ops.aten._weight_int8pack_mm (x @ q^T * s, no dequantized copy) where the CPU kernel takes the
-          input's dtype, else dequantized once at load (same numbers, no speed-up)
+          torch.ops.aten._weight_int8pack_mm (x @ q^T * s, no dequantized copy) in bfloat16 activations where
+          the CPU kernel takes them (torch 2.13 on AVX2: ~2x a fp32 GEMV at one row, ~10x its own fp32-input
+          path; see `int8_dtype`), else dequantized once at load (same numbers, no speed-up). The kernel needs
+          the input width to be a multiple of KERNEL_K (torch 2.13 segfaults on K = 33): others dequantize
     int4  groups of GROUP input channels, symmetric: q in [-8, 7], one scale per (row, group); multiplied by
           dequantizing to the input's dtype at load (torch's int4 CPU kernels want packed layouts per
           version: the numbers are int4's, the speed is the float kernel's)
@@ -28,6 +34,7 @@ from trtspec.runtime.llama import LayerWeights, Linear, Llama
 
 GROUP = 32
 MODES = ("int8", "int4")
+KERNEL_K = 8  # _weight_int8pack_mm's input width must be a multiple of this (a crash, not an error, otherwise)
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,6 +67,16 @@ def int8_kernel(dtype: torch.dtype) -> bool:
         return False
 
 
+def int8_dtype(weight_dtype: torch.dtype) -> torch.dtype | None:
+    """The activation dtype Int8Linear multiplies in: bfloat16 where the kernel takes it (the kernel's fast,
+    vectorized path; its fp32-input path is ~10x slower on torch 2.13), else the weight's dtype if the kernel
+    takes that, else None (dequantize instead)."""
+    for dt in (torch.bfloat16, weight_dtype):
+        if dt in (torch.float32, torch.bfloat16) and int8_kernel(dt):
+            return dt
+    return None
+
+
 class Int8Linear:
     """y = x (q s)^T + b through _weight_int8pack_mm (see the module docstring)."""
 
@@ -89,8 +106,8 @@ class Int8Linear:
 def quantize_linear(lin: Linear, mode: str) -> Any:
     """The quantized twin of a runtime Linear (a new object)."""
     if mode == "int8":
-        dt = lin.w.dtype if lin.w.dtype in (torch.float32, torch.bfloat16) else torch.float32
-        if lin.w.device.type == "cpu" and int8_kernel(dt):
+        dt = int8_dtype(lin.w.dtype) if lin.w.device.type == "cpu" and lin.w.shape[1] % KERNEL_K == 0 else None
+        if dt is not None:
             return Int8Linear(lin, dt)
         q, s = quantize_int8(lin.w)
         return Linear((q.float() * s[:, None]).to(lin.w.dtype), lin.b, single_row=lin.min_rows == 1)
@@ -100,7 +117,8 @@ def quantize_linear(lin: Linear, mode: str) -> Any:
 
 
 def quantize_llama(model: Llama, mode: str) -> int:
-    """Quantize a runtime Llama's layer linears and head in place; returns how many linears."""
+    """Quantize a runtime Llama's layer linears and head in place (a drafter's, or the target's for
+    model.quantization; its embedding stays as it is: a lookup reads one row); returns how many linears."""
     n = 0
     for lw in model.layers:
         for field in ("qkv", "o", "gate_up", "down"):

@@ -449,8 +449,10 @@ def _extend(state: dict, cfg: TrainConfig) -> None:
     step, wall = state["step"], state["wall_s"]
     if cfg.steps is not None and cfg.steps > (state["total"] or 0):
         state["total"] = cfg.steps
-    elif cfg.minutes is not None and cfg.minutes * 60 > wall and state["total"] is not None and step >= state["total"]:
-        state["total"] = max(step + 1, int(cfg.minutes * 60 / (wall / max(1, step))))
+    elif (cfg.minutes is not None and cfg.minutes > (state.get("minutes") or 0) and state["total"] is not None
+          and step > 0):  # the same --minutes resumes the same schedule; more minutes stretch it
+        state["total"] = max(state["total"], step + 1, int(cfg.minutes * 60 / (wall / step)))
+    state["minutes"] = cfg.minutes if cfg.minutes is not None else state.get("minutes")
 
 
 def train_head(work: Path, head: torch.nn.Module, f: dict[str, torch.Tensor], cfg: TrainConfig, key: str,
@@ -470,7 +472,7 @@ def train_head(work: Path, head: torch.nn.Module, f: dict[str, torch.Tensor], cf
         raise SpecError(f"--resume: the checkpoint in {ck} is of another run (data, head or recipe differ)",
                         hint="run without --resume to start afresh")
     if state is None:
-        state = {"key": key, "step": 0, "wall_s": 0.0, "total": cfg.steps, "history": []}
+        state = {"key": key, "step": 0, "wall_s": 0.0, "total": cfg.steps, "minutes": cfg.minutes, "history": []}
     else:
         _extend(state, cfg)
     per_epoch = len(_batches(f["offsets"], cfg.batch_tokens, cfg.seed, 0))

@@ -144,6 +144,34 @@ def _schedule_keys(value: Any) -> Any:
 Schedule = Annotated[dict[int, int], BeforeValidator(_schedule_keys)]
 
 
+class DrafterSection(_Strict):
+    """One drafter of a routed spec (`[[speculative.drafters]]`, method "routed"): the keys of a single-drafter
+    [speculative] section (its method, weights, K, tree and the method's own table) under a name the router and
+    the per-drafter metrics use. Each is checked against the target exactly as a single drafter would be."""
+
+    name: PathName = Field(description="the drafter's name: a router target, the metrics' drafter label")
+    method: Method = "draft-model"
+    draft: CheckpointPath | None = Field(None, description="draft checkpoint dir (method draft-model)")
+    heads: CheckpointPath | None = Field(None, description="Medusa heads / EAGLE head dir (method medusa, eagle)")
+    num_draft_tokens: int = Field(4, ge=1, le=MAX_DRAFT_TOKENS, description="K: this drafter's max draft tokens")
+    choices: list[list[int]] | None = Field(None, description="tree of top-i paths (medusa, eagle)")
+    lookahead: LookaheadSection = LookaheadSection()
+    ngram: NgramSection = NgramSection()
+    suffix: SuffixSection = SuffixSection()
+
+
+class RouterSection(_Strict):
+    """How a routed spec picks each request's drafter, once, when the request is admitted: the request's `task`
+    when it sends one (a drafter's name or a key of `routes`; anything else is refused), else by `kind`:
+    "task" sends it to `default`, "classify" classifies its prompt as "code" or "prose"
+    (trtspec/runtime/router.py: the share of code-like characters and keywords) and looks that up in `routes`."""
+
+    kind: Literal["task", "classify"] = "classify"
+    default: PathName = Field(description="the drafter of a request with no task and no matching route")
+    routes: dict[PathName, PathName] = Field(default_factory=dict, description="task or class -> drafter name, "
+                                             "e.g. {code = \"ngram\", prose = \"draft\"}")
+
+
 class SpeculativeSection(_Strict):
     method: Method = "draft-model"
     draft: CheckpointPath | None = Field(None, description="draft checkpoint dir (method draft-model)")
@@ -159,6 +187,22 @@ class SpeculativeSection(_Strict):
     ngram: NgramSection = NgramSection()
     suffix: SuffixSection = SuffixSection()
     adaptive: AdaptiveSection = AdaptiveSection()
+    drafters: list[DrafterSection] | None = Field(None, description="method routed: the drafters one deployment "
+                                                  "serves (each request uses one, chosen by the router)")
+    router: RouterSection | None = Field(None, description="method routed: how a request's drafter is chosen")
+
+
+def drafter_spec(spec: Spec, d: DrafterSection) -> Spec:
+    """The single-drafter spec a routed spec's drafter `d` is: [speculative] = its keys (adaptive K shared), the
+    rest as the spec says. What the drafter's method checks, pairs and builds its proposer from."""
+    keys = {k: getattr(d, k) for k in DrafterSection.model_fields if k != "name"}
+    section = SpeculativeSection.model_construct(**keys, adaptive=spec.speculative.adaptive)
+    return spec.model_copy(update={"speculative": section})
+
+
+def drafter_role(name: str, weights: str) -> str:
+    """The engine-dir role (a directory) of a routed spec's drafter's weights: e.g. "draft-prose"."""
+    return f"{weights}-{name}"
 
 
 class LimitsSection(_Strict):
@@ -247,7 +291,13 @@ class Spec(_Strict):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (paths as strings), keys as written in trtspec.toml."""
-        return self.model_dump(mode="json", by_alias=True, exclude={"source"})
+        data = self.model_dump(mode="json", by_alias=True, exclude={"source"})
+        if self.speculative.drafters is None and self.speculative.router is None:  # a single-drafter spec reads
+            data["speculative"].pop("drafters")                                    # as it did before routing
+            data["speculative"].pop("router")
+        elif "num_draft_tokens" not in self.speculative.model_fields_set:  # a routed spec's K is per drafter
+            data["speculative"].pop("num_draft_tokens")
+        return data
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,6 +363,11 @@ def _meaning_problems(spec: Spec) -> list[Problem]:
         p.append(Problem("schema", spec.schema_, f"unsupported schema version", f"set schema = {SCHEMA_VERSION}"))
     method = methods.get(s.method)
     p.extend(method.problems(spec))  # the method's own rules (trtspec/methods/<name>.py)
+    if not getattr(method, "routed", False):
+        for key in ("drafters", "router"):
+            if getattr(s, key) is not None:
+                p.append(Problem(f"speculative.{key}", _MISSING, f"only a routed spec has several drafters "
+                                 f"(method is '{s.method}')", f"set method = \"routed\" or remove speculative.{key}"))
     lim = spec.limits
     if s.schedule is not None:
         p.extend(schedule_problems(spec, method.drafts))
@@ -476,6 +531,8 @@ def check_paths(spec: Spec) -> list[Problem]:
     p = []
     items = [("model.target", spec.model.target), ("model.tokenizer", spec.model.tokenizer),
              ("speculative.draft", spec.speculative.draft), ("speculative.heads", spec.speculative.heads)]
+    for i, d in enumerate(spec.speculative.drafters or ()):
+        items += [(f"speculative.drafters[{i}].draft", d.draft), (f"speculative.drafters[{i}].heads", d.heads)]
     for key, path in items:
         if path is None:
             continue

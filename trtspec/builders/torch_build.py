@@ -66,6 +66,11 @@ def engine_spec_dict(spec: Spec, role_dirs: dict[str, Path]) -> dict[str, Any]:
     data["model"].pop("tokenizer", None)
     data["speculative"]["draft"] = "draft" if "draft" in role_dirs else None
     data["speculative"]["heads"] = "heads" if "heads" in role_dirs else None
+    from trtspec.spec import drafter_role
+
+    for d in data["speculative"].get("drafters") or ():  # a routed spec: each drafter's weights in its role dir
+        for key in ("draft", "heads"):
+            d[key] = drafter_role(d["name"], key) if drafter_role(d["name"], key) in role_dirs else None
     return _strip_none(data)
 
 

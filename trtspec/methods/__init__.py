@@ -13,8 +13,9 @@ LLM-API speculative_config; the interface is trtspec/methods/base.py), and every
 | ngram       | -                 | prompt-lookup n-grams, a trie    | refused             | NGram        |
 | suffix      | -                 | suffix trees, adaptive length    | refused             | SA (>= 1.3)  |
 | none        | -                 | nothing (plain decoding)         | a plain engine      | plain        |
+| routed      | its drafters'     | one drafter per request (router) | refused             | refused      |
 
-(modules draft_model.py, medusa.py, eagle.py, lookahead.py, ngram.py, suffix.py, none.py). Adding a method = one module here (a
+(modules draft_model.py, medusa.py, eagle.py, lookahead.py, ngram.py, suffix.py, none.py, routed.py). Adding a method = one module here (a
 Method subclass) and its line below; a plug-in registered at run time (`register`) is accepted by the spec,
 checked, and run by the torch runtime; the TensorRT-LLM runtimes refuse a method that declares no engine or
 LLM-API mapping.
@@ -57,10 +58,10 @@ def registered() -> tuple[Method, ...]:
     return tuple(_METHODS.values())
 
 
-from trtspec.methods import draft_model, eagle, lookahead, medusa, ngram, none, suffix  # noqa: E402
+from trtspec.methods import draft_model, eagle, lookahead, medusa, ngram, none, routed, suffix  # noqa: E402
 
 for _m in (draft_model.DraftModel(), medusa.Medusa(), eagle.Eagle(), lookahead.Lookahead(), ngram.Ngram(),
-           suffix.Suffix(), none.Plain()):
+           suffix.Suffix(), none.Plain(), routed.Routed()):
     register(_m)
 
 __all__ = ["Method", "get", "names", "raise_first", "register", "registered", "unregister"]

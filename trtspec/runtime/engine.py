@@ -33,6 +33,7 @@ from trtspec.runtime.cache import chain_inputs, draft_inputs
 from trtspec.runtime.llama import Llama
 from trtspec.runtime.proposer import ProposalBatch, Proposer
 from trtspec.runtime.rejection import rejection_sample
+from trtspec.runtime.router import RoutedProposer
 from trtspec.runtime.sampling import SamplingParams, sample_token
 from trtspec.runtime.scheduler import (DRAFT_COST, AdaptiveConfig, GenerationResult, Request, Scheduler, StepEvent,
                                        load_cap, token_ids, validate)
@@ -65,6 +66,10 @@ class SpecEngine:
 
             self.quantized_linears = quantize_proposer(self.proposer, draft_quantization, target)
         self.k_max = self.plan.k_max
+        # a routed spec (runtime/router.py): each request uses one of several drafters, with that drafter's plan
+        self.routed = isinstance(self.proposer, RoutedProposer)
+        self.plans = self.proposer.plans if self.routed else [self.plan]
+        self.drafter_names = list(self.proposer.names) if self.routed else []
         self.method = self.proposer.name if self.k_max > 0 else "none"  # a method's name (trtspec.methods)
         eos = set(target.cfg.eos_token_ids)
         if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
@@ -82,9 +87,9 @@ class SpecEngine:
         target = Llama.from_dir(spec.model.target, dtype=spec.model.dtype, device=spec.runtime.device,
                                 max_seq=lim.max_seq_len, name="target")
         if spec.model.quantization:  # before the proposer's setup: drafters that reuse the head get this one
-            from trtspec.runtime.quant import quantize_llama
+            from trtspec.runtime.quant import quantize_target
 
-            quantize_llama(target, spec.model.quantization)
+            quantize_target(target, spec.model.quantization)
         if tokenizer is None:
             tokenizer = load_tokenizer(spec.tokenizer_dir)
         a, method = spec.speculative.adaptive, methods.get(spec.method)
@@ -97,15 +102,21 @@ class SpecEngine:
 
     # ------------------------------------------------------------------------------------------------ API
 
-    def generate(self, prompt: str | Sequence[int], params: SamplingParams | None = None) -> GenerationResult:
-        return self.generate_batch([prompt], params)[0]
+    def generate(self, prompt: str | Sequence[int], params: SamplingParams | None = None,
+                 task: str | None = None) -> GenerationResult:
+        return self.generate_batch([prompt], params, None if task is None else [task])[0]
 
     def generate_batch(self, prompts: Sequence[str | Sequence[int]],
-                       params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[GenerationResult]:
-        """Decode several prompts together (up to max_batch_size at once, the rest as rows free up)."""
+                       params: SamplingParams | Sequence[SamplingParams] | None = None,
+                       tasks: Sequence[str | None] | None = None) -> list[GenerationResult]:
+        """Decode several prompts together (up to max_batch_size at once, the rest as rows free up). `tasks`: per
+        prompt, the task that picks its drafter in a routed engine (None: the router decides; see `route`)."""
         plist = list(params) if isinstance(params, (list, tuple)) else [params or SamplingParams()] * len(prompts)
         if len(plist) != len(prompts):
             raise GenerationError(f"{len(prompts)} prompts but {len(plist)} sampling params")
+        tlist = list(tasks) if tasks is not None else [None] * len(prompts)
+        if len(tlist) != len(prompts):
+            raise GenerationError(f"{len(prompts)} prompts but {len(tlist)} tasks")
         done = threading.Event()
         reqs: list[Request] = []
 
@@ -113,7 +124,7 @@ class SpecEngine:
             if ev.finished and all(r.result is not None for r in reqs):
                 done.set()
 
-        reqs.extend(self._make(self._encode(p), sp, on_event) for p, sp in zip(prompts, plist))
+        reqs.extend(self._make(self._encode(p), sp, on_event, t) for p, sp, t in zip(prompts, plist, tlist))
         self.scheduler.enqueue(reqs)
         if self.scheduler.running:  # the background thread drives; wait for our requests
             done.wait()
@@ -124,10 +135,11 @@ class SpecEngine:
                 raise r.error
         return [r.result for r in reqs]
 
-    def stream(self, prompt: str | Sequence[int], params: SamplingParams | None = None) -> Iterator[StepEvent]:
+    def stream(self, prompt: str | Sequence[int], params: SamplingParams | None = None,
+               task: str | None = None) -> Iterator[StepEvent]:
         """Events of one request as its steps happen (the first carries the prefill's token)."""
         events: queue.SimpleQueue[StepEvent] = queue.SimpleQueue()
-        req = self._make(self._encode(prompt), params or SamplingParams(), events.put)
+        req = self._make(self._encode(prompt), params or SamplingParams(), events.put, task)
         self.scheduler.enqueue([req])
         finished = False
         try:
@@ -152,11 +164,11 @@ class SpecEngine:
                 if not self.scheduler.running:
                     self.scheduler.tick()
 
-    def submit(self, prompt_ids: Sequence[int], params: SamplingParams | None, on_event: Callable[[StepEvent], None]
-               ) -> str:
+    def submit(self, prompt_ids: Sequence[int], params: SamplingParams | None, on_event: Callable[[StepEvent], None],
+               task: str | None = None) -> str:
         """Queue a request for the background scheduler thread; events go to on_event (called on that thread).
-        Invalid requests raise GenerationError here."""
-        req = self._make(token_ids(prompt_ids), params or SamplingParams(), on_event)
+        Invalid requests (an unknown task of a routed engine too) raise GenerationError here."""
+        req = self._make(token_ids(prompt_ids), params or SamplingParams(), on_event, task)
         self.scheduler.enqueue([req])
         self.scheduler.start()
         return req.id
@@ -191,12 +203,30 @@ class SpecEngine:
             return list(self.tokenizer(prompt)["input_ids"])
         return token_ids(prompt)
 
-    def _make(self, prompt: list[int], params: SamplingParams, on_event) -> Request:
+    def route(self, prompt: Sequence[int], task: str | None = None) -> int:
+        """The drafter (an index into drafter_names) a request would use: its task, else the router's kind (the
+        classifier reads the decoded prompt). 0 in an engine that is not routed, whatever the task: one drafter
+        serves every task there. GenerationError for a task the router does not know."""
+        if not self.routed:
+            return 0
+
+        def text() -> str:
+            if self.tokenizer is None:
+                return ""
+            return self.tokenizer.decode(list(prompt), skip_special_tokens=True)  # no chat-template markup
+
+        return self.proposer.router.choose(task, text)
+
+    def _make(self, prompt: list[int], params: SamplingParams, on_event, task: str | None = None) -> Request:
+        drafter = self.route(prompt, task)
+        plan = self.plans[drafter]
         validate(prompt, params, vocab=self.target.cfg.vocab_size, max_input_len=self.max_input_len,
-                 max_output_len=self.max_output_len, k_max=self.k_max, tokenizer=self.tokenizer)
+                 max_output_len=self.max_output_len, k_max=plan.k_max, tokenizer=self.tokenizer)
         eos = self.eos_ids if params.end_id is None else frozenset() if params.end_id < 0 else frozenset([params.end_id])
-        return Request(prompt, params, on_event, eos, self.k_max, self.adaptive, self.plan.options, self.draft_cost,
-                       self.tokenizer, (self.plan.overhead, self.plan.width))
+        req = Request(prompt, params, on_event, eos, plan.k_max, self.adaptive, plan.options, self.draft_cost,
+                      self.tokenizer, (plan.overhead, plan.width))
+        req.drafter = drafter
+        return req
 
     # ----------------------------------------------------------------------- the model runner (scheduler.Runner)
 
@@ -212,6 +242,8 @@ class SpecEngine:
                                              row0=row0, logits_at=last)
         for b, r in enumerate(reqs):
             self.cache.lengths[row0 + b] = P[b]
+            if self.routed:  # the row's drafter, chosen when the request was made
+                self.proposer.assign(row0 + b, r.drafter)
             self.proposer.admit(row0 + b, hidden[b, :P[b]])
             r.t_first = time.perf_counter()
         return [r for b, r in enumerate(reqs) if r.send(r.extend([sample_token(logits[b, 0], r.params, r.uniforms)]))]
@@ -219,12 +251,12 @@ class SpecEngine:
     @torch.inference_mode()
     def step(self, reqs: list[Request]) -> list[Request]:
         """One speculative step for every active request (row b = reqs[b]); returns the ones that ended."""
-        cap, params, draws = self.load_cap(len(reqs)), [r.params for r in reqs], [r.uniforms for r in reqs]
-        ks = [r.choose_k(cap, self.plan.k_is_depth) for r in reqs]                                   # 1. K
+        params, draws, plans = [r.params for r in reqs], [r.uniforms for r in reqs], [self.plans[r.drafter] for r in reqs]
+        ks = [r.choose_k(self.load_cap(len(reqs), p.k_max), p.k_is_depth) for r, p in zip(reqs, plans)]  # 1. K
         t0 = time.perf_counter()
         drafts = self.proposer.propose(ProposalBatch([r.seq for r in reqs], params, ks, draws))      # 2. propose
-        if not self.plan.k_is_depth:  # K counted a tree's nodes: drop what is deeper than a request can keep
-            drafts = [d.pruned(r.room) for d, r in zip(drafts, reqs)]
+        # K counted a tree's nodes: drop what is deeper than a request can keep
+        drafts = [d if p.k_is_depth else d.pruned(r.room) for d, r, p in zip(drafts, reqs, plans)]
         t1 = time.perf_counter()
         lengths = [len(r.seq) - 1 for r in reqs]                                                     # 3. verify
         branches = [d.branch for d in drafts]  # inputs run and never kept (lookahead's window), after the nodes
@@ -250,7 +282,8 @@ class SpecEngine:
         kept = [r.extend(new) for r, new in zip(reqs, emitted)]                                      # 6. emit
         draft_s, verify_s = (t1 - t0) + (t3 - t2), t2 - t1
         stats = SpecDecodingStats(depths, [len(d.tokens) for d in drafts], [len(p) for p in paths],
-                                  [len(k) for k in kept], draft_s, verify_s)
+                                  [len(k) for k in kept], draft_s, verify_s,
+                                  [r.drafter for r in reqs] if self.routed else [])
         for observe in self.on_step:  # before the events: whoever reads both sees the stats first
             try:
                 observe(stats)
@@ -259,10 +292,12 @@ class SpecEngine:
         return [r for r, d, path, out in zip(list(reqs), drafts, paths, kept)
                 if r.send(out, len(d.tokens), len(path), draft_s, verify_s)]
 
-    def load_cap(self, batch: int) -> int:
+    def load_cap(self, batch: int, k_max: int | None = None) -> int:
         """The cap on K for a step of `batch` requests: the spec's schedule (its band for the batch size), else
-        scheduler.load_cap. Like load_cap it caps adaptive K of greedy and unseeded requests only."""
-        return schedule_k(self.schedule, self.k_max, batch) if self.schedule else load_cap(self.k_max, batch)
+        scheduler.load_cap. Like load_cap it caps adaptive K of greedy and unseeded requests only. `k_max`: the
+        request's drafter's (a routed engine), else the engine's."""
+        k_max = self.k_max if k_max is None else k_max
+        return schedule_k(self.schedule, k_max, batch) if self.schedule else load_cap(k_max, batch)
 
     def move_row(self, src: int, dst: int) -> None:
         self.proposer.release(dst)  # the scheduler moves the last row into a finished request's row
@@ -275,6 +310,8 @@ class SpecEngine:
 
     def reset(self) -> None:
         self.cache.lengths = [0] * self.cache.batch
+        if self.routed:
+            self.proposer.clear()
 
 
 def _branch_outputs(logits: torch.Tensor, drafts) -> list[list[int] | None]:

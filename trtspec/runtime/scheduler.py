@@ -288,6 +288,7 @@ class Request:
         self.cancelled = False
         self.result: GenerationResult | None = None
         self.last_k = 0
+        self.drafter = 0  # its drafter in a routed engine (runtime/router.py), chosen once, kept for its life
 
     @property
     def generated(self) -> list[int]:

@@ -36,6 +36,7 @@ class SpecDecodingStats:
     emitted: list[int]       # tokens emitted (accepted + 1, or fewer when a stop condition cut the step)
     draft_seconds: float     # proposing + committing the proposer's state (once for the whole batch)
     verify_seconds: float    # the target pass + the rejection sampler
+    drafters: list[int] = dataclasses.field(default_factory=list)  # each request's drafter (a routed engine), else []
 
     @property
     def batch_size(self) -> int:

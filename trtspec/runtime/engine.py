@@ -87,9 +87,9 @@ class SpecEngine:
         target = Llama.from_dir(spec.model.target, dtype=spec.model.dtype, device=spec.runtime.device,
                                 max_seq=lim.max_seq_len, name="target")
         if spec.model.quantization:  # before the proposer's setup: drafters that reuse the head get this one
-            from trtspec.runtime.quant import quantize_target
+            from trtspec.runtime.quant import quantize_llama
 
-            quantize_target(target, spec.model.quantization)
+            quantize_llama(target, spec.model.quantization)
         if tokenizer is None:
             tokenizer = load_tokenizer(spec.tokenizer_dir)
         a, method = spec.speculative.adaptive, methods.get(spec.method)

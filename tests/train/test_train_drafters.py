@@ -79,6 +79,8 @@ def test_each_kind_writes_its_layout_and_a_manifest_with_measured_acceptance(tin
     # the medusa/eagle runs reused the data and features the first run made
     assert (root / "work" / "hidden.safetensors").is_file()
     assert m["inputs"]["data"]["sha256"] == out["medusa"]["inputs"]["data"]["sha256"]
+    if kind != "draft-model":  # the pass ran once (medusa's run); eagle's manifest records its cost all the same
+        assert m["budget"]["wall_s"]["hidden"] == out["medusa"]["budget"]["wall_s"]["hidden"] > 0
 
 
 def test_medusa_proposals_equal_the_training_module(tiny):

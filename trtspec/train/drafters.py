@@ -319,9 +319,11 @@ def make_features(work: Path, target: Path, cfg: TrainConfig, data: dict, aux: t
 
 
 @torch.no_grad()
-def make_hidden(work: Path, target: Path, cfg: TrainConfig, data: dict, report: Reporter, log) -> torch.Tensor:
+def make_hidden(work: Path, target: Path, cfg: TrainConfig, data: dict, report: Reporter,
+                log) -> tuple[torch.Tensor, float]:
     """Stage 2b (Medusa, EAGLE-1): hidden.safetensors: the target's final post-norm hidden state [N, H] fp16
-    of every token (the rows of features.safetensors), what those heads read at serving; keyed by the data."""
+    of every token (the rows of features.safetensors), what those heads read at serving; keyed by the data.
+    Returns (the states, the seconds the pass took when it ran)."""
     from trtspec.runtime.cache import chain_inputs
     from trtspec.runtime.llama import Llama
 
@@ -330,7 +332,7 @@ def make_hidden(work: Path, target: Path, cfg: TrainConfig, data: dict, report: 
     meta = read_json(meta_path)
     if meta is not None and meta.get("key") == key and path.is_file():
         log("hidden states: cached")
-        return load_file(path)["hidden"]
+        return load_file(path)["hidden"], float(meta["wall_s"])
     t0 = time.perf_counter()
     model = Llama.from_dir(target, device=cfg.device, name="target", weight_dtype=torch.float32)
     samples = data["samples"]
@@ -351,10 +353,10 @@ def make_hidden(work: Path, target: Path, cfg: TrainConfig, data: dict, report: 
         report("hidden", min(len(order), bi + batch), len(order), None)
     out = torch.cat([rows[i] for i in range(len(samples))])
     save_weights({"hidden": out}, path)
-    wall = round(time.perf_counter() - t0, 1)
+    wall = round(time.perf_counter() - t0, 3)
     write_json(meta_path, {"key": key, "wall_s": wall})
     log(f"hidden states: {len(out):,} tokens in {wall:.0f}s")
-    return out
+    return out, wall
 
 
 # ------------------------------------------------------------------------------------------------ train
@@ -717,9 +719,7 @@ def train_drafter(kind: str, target: Path, out: Path, cfg: TrainConfig, *, resum
     if kind != "eagle3":
         feats.pop("feats")  # the captured layers: EAGLE-3's alone
     if kind in ("medusa", "eagle"):
-        t1 = time.perf_counter()
-        feats["hidden"] = make_hidden(work, target, cfg, data, report, log)
-        wall["hidden"] = round(time.perf_counter() - t1, 1)
+        feats["hidden"], wall["hidden"] = make_hidden(work, target, cfg, data, report, log)
     if until == "features":
         return None
     module, loss_fn, write, architecture = _build(kind, target, tcfg, cfg, feats)

@@ -223,11 +223,11 @@ def test_the_stand_in_runs_a_good_request_through_every_model(tiny, preprocessin
     ids, max_tokens = preprocessing._parse(Request({"QUERY": np.array([[b"w1 w2 w3"]], np.object_),
                                                     "REQUEST_OUTPUT_LEN": np.array([[4]], np.int32)}))
     assert len(ids) >= 3 and max_tokens == 4
-    got, params, streaming = generation.parse(Request({
+    got, params, streaming, task = generation.parse(Request({
         "input_ids": np.array([ids], np.int32), "input_lengths": np.array([[len(ids)]], np.int32),
         "request_output_len": np.array([[max_tokens]], np.int32), "streaming": np.array([[True]])}))
-    assert got == ids and params.max_new_tokens == 4 and streaming
-    tiny.engine._make(got, params, lambda event: None)
+    assert got == ids and params.max_new_tokens == 4 and streaming and task is None
+    tiny.engine._make(got, params, lambda event: None, task)
     response = postprocessing._response(Request({"TOKENS_BATCH": np.array([[ids]], np.int32),
                                                  "SEQUENCE_LENGTH": np.array([[len(ids)]], np.int32)}))
     assert response.outputs[0].array.reshape(-1)[0].decode() == "w1 w2 w3"
@@ -254,8 +254,8 @@ def test_the_generation_model_and_the_engine_accept_or_refuse_with_a_generation_
     config = generation_config(tiny.spec, ModelNames(), "engine")
     request = data.draw(requests(config))
     try:
-        ids, params, streaming = generation.parse(request)
-        tiny.engine._make(ids, params, lambda event: None)  # admission: _validate + the request's set-up
+        ids, params, streaming, task = generation.parse(request)
+        tiny.engine._make(ids, params, lambda event: None, task)  # admission: _validate + the request's set-up
     except GenerationError as exc:  # RequestError included
         assert exc.message and "\n" not in exc.message
         event(f"refused: {exc.message[:24]}")

@@ -98,3 +98,21 @@ def test_the_demo_routed_spec_checks_its_pair_and_builds_each_drafters_weights()
     built = engine_spec_dict(spec, role_dirs)["speculative"]["drafters"]
     assert built[0]["draft"] == "draft-prose" and "draft" not in built[1]
     assert methods.get(spec.method).drafter(spec)["prose"]["method"] == "draft-model"
+
+
+@needs_demo_models
+def test_generate_local_routes_by_task_and_refuses_an_unknown_one():
+    import json
+
+    from click.testing import CliRunner
+
+    from trtspec.cli import main
+
+    args = ["generate", "--local", "-c", str(DEMO / "routed.toml"), "-p", "def main():\n    ", "-n", "6", "--json"]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["drafter"] == "code"  # classified
+    out = CliRunner().invoke(main, args + ["--task", "prose"])
+    assert out.exit_code == 0 and json.loads(out.output)["drafter"] == "prose"
+    bad = CliRunner().invoke(main, args + ["--task", "kode"])
+    assert bad.exit_code != 0 and "error: unknown task 'kode'" in bad.output and "hint: send one of code, prose" in bad.output

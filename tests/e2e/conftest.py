@@ -62,6 +62,7 @@ class E2E:
     prompts: list[str]
     long_prompt: str
     demo: bool
+    routed: Deployment | None = None  # a routed spec (two drafters), beside `deployments`: test_operate.py
 
     def metrics(self) -> dict[tuple[str, str], float]:
         """spec_dec_* samples as {(name, method): value}."""
@@ -91,6 +92,18 @@ def _tiny_specs(root: Path) -> dict[str, Path]:
     return specs
 
 
+def _tiny_routed(root: Path) -> Path:
+    """The tiny family's routed spec: the near draft for prose, prompt lookup for code (as examples/demo/routed.toml)."""
+    path = root / "routed.toml"
+    path.write_text('schema = 1\n[model]\nname = "e2e-routed"\ntarget = "target"\ndtype = "float32"\n'
+                    '[speculative]\nmethod = "routed"\n'
+                    '[[speculative.drafters]]\nname = "prose"\nmethod = "draft-model"\ndraft = "draft_near"\n'
+                    '[[speculative.drafters]]\nname = "code"\nmethod = "ngram"\n'
+                    '[speculative.router]\ndefault = "prose"\nroutes = {code = "code", prose = "prose"}\n'
+                    '[limits]\nmax_batch_size = 4\nmax_input_len = 64\nmax_output_len = 64\n')
+    return path
+
+
 @pytest.fixture(scope="session")
 def e2e(tmp_path_factory) -> E2E:
     root = tmp_path_factory.mktemp("e2e")
@@ -105,6 +118,11 @@ def e2e(tmp_path_factory) -> E2E:
         names = ModelNames(generation=f"tensorrt_llm_{key(method)}", ensemble=f"ensemble_{key(method)}")
         emit_torch_repository(spec, shared, Path(result.engines["target"]).parent, names=names)
         deployments[method] = Deployment(method, spec, result, names.ensemble)
+    spec = load_spec(DEMO_SPECS / "routed.toml" if demo else _tiny_routed(root / "family"))
+    result = build(spec, options)
+    names = ModelNames(generation="tensorrt_llm_routed", ensemble="ensemble_routed")
+    emit_torch_repository(spec, shared, Path(result.engines["target"]).parent, names=names)
+    routed = Deployment("routed", spec, result, names.ensemble)
     if demo:
         prompts = ["def fibonacci(n):\n    ", "import os\nimport sys\n\n", "class Stack:\n    def __init__(self"]
     else:
@@ -114,7 +132,7 @@ def e2e(tmp_path_factory) -> E2E:
     server = TritonServer(shared, ready_timeout=300)
     server.start()
     try:
-        yield E2E(server, deployments, prompts, long_prompt, demo)
+        yield E2E(server, deployments, prompts, long_prompt, demo, routed)
     finally:
         code = server.stop()
     # exit code 0: every model unloaded within the exit timeout, i.e. no request was left hanging

@@ -98,3 +98,47 @@ def test_tune_writes_a_schedule_the_runtime_then_follows(e2e, tmp_path):
     finally:
         engine.close()
     assert [k for b, k in steps if b == 2] and all(k <= schedule[2] for b, k in steps if b == 2)
+
+
+def test_routing_sends_code_and_prose_to_their_drafters(e2e):
+    """A routed deployment (two drafters, one server): each request is counted on its drafter's metrics — by
+    the classifier (demo family: a code prompt, a prose prompt) or by its task (tritonclient, and the generate
+    endpoint's JSON key) — outputs stay those of plain decoding, and an unknown task is refused."""
+    import urllib.request
+
+    from trtspec.client import generate_remote
+    from trtspec.errors import ClientError
+    from trtspec.serve.control import scrape, spec_metrics
+
+    d = e2e.routed
+    name = d.spec.name
+
+    def steps():
+        drafters = spec_metrics(scrape(e2e.server.metrics_url))[name].get("drafters", {})
+        return {k: drafters.get(k, {}).get("steps", 0) for k in ("code", "prose")}
+
+    code = e2e.prompts[0]
+    prose = "What is the difference between a list and a tuple?" if e2e.demo else "w1 w2 w3 w4"
+    before = steps()
+    # demo: the classifier routes the code prompt; the tiny family's tokens read as prose, so its task says it
+    got = generate_remote(e2e.server.grpc_url, code, max_tokens=12, model=d.ensemble,
+                          task=None if e2e.demo else "code")
+    after_code = steps()
+    assert after_code["code"] > before["code"] and after_code["prose"] == before["prose"]
+    plain = generate_remote(e2e.server.grpc_url, code, max_tokens=12, model=d.ensemble, num_draft_tokens=0)
+    assert got.text == plain.text and got.total_draft_tokens > 0
+    after_plain = steps()
+    generate_remote(e2e.server.grpc_url, prose, max_tokens=12, model=d.ensemble, task=None if e2e.demo else "prose")
+    after_prose = steps()
+    assert after_prose["prose"] > after_plain["prose"] and after_prose["code"] == after_plain["code"]
+    body = json.dumps({"text_input": prose, "max_tokens": 6, "task": "code"}).encode()
+    request = urllib.request.Request(f"http://{e2e.server.http_url}/v2/models/{d.ensemble}/generate", data=body,
+                                     headers={"Content-Type": "application/json"})
+    assert json.loads(urllib.request.urlopen(request, timeout=60).read())["text_output"]
+    assert steps()["code"] > after_prose["code"]
+    with pytest.raises(ClientError, match="unknown task 'kode'"):
+        generate_remote(e2e.server.grpc_url, code, max_tokens=4, model=d.ensemble, task="kode")
+    out = json.loads(_invoke("status", "--url", e2e.server.http_url, "--metrics-url", e2e.server.metrics_url, "--json"))
+    row = out["metrics"][name]
+    assert row["method"] == "routed" and set(row["drafters"]) == {"code", "prose"}
+    assert all(0 <= x["acceptance_rate"] <= 1 and x["tokens_per_step"] >= 1 for x in row["drafters"].values())

@@ -28,6 +28,8 @@ def _stats_line(d: dict) -> str:
         parts.append(f"acceptance {d['acceptance_rate']:.2f} ({d['accepted']}/{d['drafted']})")
     if d.get("tokens_per_step"):
         parts.append(f"{d['tokens_per_step']:.2f} tokens/step")
+    if d.get("drafter"):
+        parts.append(f"drafter {d['drafter']}")
     return "[" + ", ".join(parts) + "]"
 
 
@@ -54,12 +56,15 @@ def _stats_line(d: dict) -> str:
               help="The prompt is a user message: render it with the tokenizer's chat template (the server "
                    "does it for --url) and stop at the generation config's EOS.")
 @click.option("--system", metavar="TEXT", help="With --chat: a system message before the user's.")
+@click.option("--task", metavar="NAME", help="A routed spec (method routed): the task that picks the drafter, a "
+              "drafter's name or a key of speculative.router.routes (default: the router decides). Ignored by a "
+              "spec with one drafter.")
 @click.option("--stream/--no-stream", default=True, show_default=True, help="Print tokens as they arrive.")
 @click.option("--timeout", default=120.0, show_default=True, type=float, help="Seconds to wait for a server.")
 @grpc_client_options
 @json_option
 def generate(config, local, url, prompt, max_tokens, temperature, top_k, top_p, seed, num_draft_tokens,
-             no_spec, stop, chat, system, stream, timeout, as_json, grpc_options) -> None:
+             no_spec, stop, chat, system, task, stream, timeout, as_json, grpc_options) -> None:
     """Generate a completion with speculative decoding, printing the text and its stats
     (tokens/s, time to first token, acceptance, tokens per step).
 
@@ -80,10 +85,10 @@ def generate(config, local, url, prompt, max_tokens, temperature, top_k, top_p, 
     show = stream and not as_json
     on_text = _echo_after_prompt(text + "\n" if chat else text) if show else None
     if local:
-        result = _local(config, text, max_tokens, temperature, top_k, top_p, seed, k, stop, on_text, messages)
+        result = _local(config, text, max_tokens, temperature, top_k, top_p, seed, k, stop, on_text, messages, task)
     else:
         result = _remote(config, url, text, max_tokens, temperature, top_k, top_p, seed, k, stop, stream,
-                         timeout, on_text, grpc_options, messages)
+                         timeout, on_text, grpc_options, messages, task)
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
@@ -107,7 +112,8 @@ def _echo_after_prompt(prompt: str):
     return on_text
 
 
-def _local(config, text, max_tokens, temperature, top_k, top_p, seed, k, stop, on_text, messages=None) -> dict:
+def _local(config, text, max_tokens, temperature, top_k, top_p, seed, k, stop, on_text, messages=None,
+           task=None) -> dict:
     from trtspec.runtime import SamplingParams, SpecEngine
     from trtspec.spec import load_spec
 
@@ -120,16 +126,20 @@ def _local(config, text, max_tokens, temperature, top_k, top_p, seed, k, stop, o
         from trtspec.artifacts.tokenizer import chat_prompt_ids
 
         prompt = chat_prompt_ids(engine.tokenizer, messages)
+    ids = engine._encode(prompt)
+    drafter = engine.route(ids, task)  # (an unknown task fails here, before anything is generated)
     if on_text is None:
-        d = engine.generate(prompt, params).to_dict()
+        d = engine.generate(ids, params, task).to_dict()
     else:
-        d = _stream_local(engine, prompt, params, on_text)
+        d = _stream_local(engine, ids, params, on_text, task)
     d["new_tokens"] = len(d["tokens"])
     d["method"] = engine.method if (k is None or k > 0) else "none"
+    if engine.routed:
+        d["drafter"] = engine.drafter_names[drafter]
     return d
 
 
-def _stream_local(engine, text, params, on_text) -> dict:
+def _stream_local(engine, text, params, on_text, task=None) -> dict:
     """Stream in-process, printing text as steps complete; returns the same fields as generate()."""
     import time
 
@@ -137,7 +147,7 @@ def _stream_local(engine, text, params, on_text) -> dict:
 
     start = time.perf_counter()
     stats, tokens, pieces, ttft, reason = RequestStats(), [], [], None, None
-    for event in engine.stream(text, params):
+    for event in engine.stream(text, params, task):
         if ttft is None and event.tokens:
             ttft = time.perf_counter() - start
         stats.observe(event)
@@ -152,13 +162,13 @@ def _stream_local(engine, text, params, on_text) -> dict:
 
 
 def _remote(config, url, text, max_tokens, temperature, top_k, top_p, seed, k, stop, stream, timeout,
-            on_text, grpc_options=None, messages=None) -> dict:
+            on_text, grpc_options=None, messages=None, task=None) -> dict:
     from trtspec.client import generate_remote, resolve_url
 
     result = generate_remote(resolve_url(url, config), text, max_tokens=max_tokens, stream=stream,
                              temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, num_draft_tokens=k,
                              stop=list(stop), timeout=timeout, on_text=on_text, options=grpc_options,
-                             messages=messages)
+                             messages=messages, task=task)
     return result.to_dict()
 
 

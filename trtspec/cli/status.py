@@ -21,7 +21,8 @@ from trtspec.cli.options import admin_key_option, json_option
 def status(config, url, metrics_url, admin_key, as_json) -> None:
     """Show what a Triton server runs: live/ready, every model's version, state, readiness and deploy
     revision, and per generation model its requests, acceptance, tokens/step and per-position acceptance
-    (from its Prometheus metrics), plus Triton's inference and queue counters.
+    (from its Prometheus metrics; a routed deployment also per drafter), plus Triton's inference and queue
+    counters.
 
     The model list comes from the repository index, which needs the admin key (--admin-key, or the key
     `trtspec serve` recorded); without it only the spec's models are shown.
@@ -87,6 +88,15 @@ def _print(out) -> None:
                           str(m.get("inferences", "-")),
                           f"{m['avg_queue_us'] / 1000:.1f} ms" if "avg_queue_us" in m else "-")
         console.print(table)
+        routed = Table(title="per drafter (routed deployments)")
+        for col in ("model", "drafter", "steps", "draft tokens", "accept", "tok/step"):
+            routed.add_column(col, justify="right")
+        for name, m in sorted(metrics.items()):
+            for drafter, d in (m.get("drafters") or {}).items():
+                routed.add_row(name, drafter, str(d["steps"]), str(d["draft_tokens"]), f"{d['acceptance_rate']:.2f}",
+                               f"{d['tokens_per_step']:.2f}")
+        if routed.row_count:
+            console.print(routed)
     elif out.get("metrics_error"):
         console.print(f"metrics: {out['metrics_error']}")
 

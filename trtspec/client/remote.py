@@ -239,7 +239,8 @@ def _server_error(error: Exception) -> ClientError:
 
 
 def _inputs(prompt: str, max_tokens: int, stream: bool, temperature: float, top_k: int, top_p: float,
-            seed: int | None, num_draft_tokens: int | None, stop: Sequence[str], messages: Any = None) -> list:
+            seed: int | None, num_draft_tokens: int | None, stop: Sequence[str], messages: Any = None,
+            task: str | None = None) -> list:
     import numpy as np
     import tritonclient.grpc as grpcclient
 
@@ -266,6 +267,8 @@ def _inputs(prompt: str, max_tokens: int, stream: bool, temperature: float, top_
         inputs.append(make("num_draft_tokens", num_draft_tokens, "INT32", np.int32))
     if stop:
         inputs.append(make("stop_words", [s.encode("utf-8") for s in stop], "BYTES", np.object_))
+    if task is not None:
+        inputs.append(make("task", task.encode("utf-8"), "BYTES", np.object_))
     return inputs
 
 
@@ -294,6 +297,7 @@ def generate_remote(
     model: str = DEFAULT_MODEL,
     options: GrpcOptions | None = None,
     messages: Sequence[dict[str, str]] | None = None,
+    task: str | None = None,
 ) -> RemoteResult:
     """Send one prompt to the ensemble `model` at `url` (Triton's gRPC endpoint: HOST:PORT, or
     grpcs://HOST:PORT for TLS; `options` for TLS material and headers).
@@ -301,10 +305,12 @@ def generate_remote(
     With `stream`, `on_text` is called with each piece of text as it arrives (without it, once
     with the whole text). `num_draft_tokens=None` uses the deployment's K, 0 disables speculation.
     `timeout` bounds the whole request. `messages` ([{"role", "content"}, ...]) sends a chat instead of
-    `prompt`, which the server renders with its tokenizer's chat template. Raises ClientError on any failure."""
+    `prompt`, which the server renders with its tokenizer's chat template. `task` picks the drafter of a routed
+    deployment (none: its router decides). Raises ClientError on any failure."""
     from tritonclient.utils import InferenceServerException
 
-    inputs = _inputs(prompt, max_tokens, stream, temperature, top_k, top_p, seed, num_draft_tokens, stop, messages)
+    inputs = _inputs(prompt, max_tokens, stream, temperature, top_k, top_p, seed, num_draft_tokens, stop, messages,
+                     task)
     client, url, tls = grpc_client(url, options)
     responses: queue.Queue = queue.Queue()
 

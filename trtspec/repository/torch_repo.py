@@ -50,6 +50,8 @@ ENSEMBLE_INPUTS = [
     tensor("end_id", "INT32", [1], optional=True),
     tensor("stop_words", "STRING", [-1], optional=True),
     tensor("num_draft_tokens", "INT32", [1], optional=True),
+    # a routed spec's task: picks the request's drafter (model_repository/README.md, "Routing"); others ignore it
+    tensor("task", "STRING", [1], optional=True),
     # a chat instead of text_input: JSON [{"role", "content"}, ...], rendered by preprocessing with the
     # tokenizer's chat template (model_repository/README.md, "Chat")
     tensor("messages", "STRING", [1], optional=True),
@@ -74,6 +76,7 @@ COUNTERS = [
 DIRECT_TO_GENERATION = {
     "stream": "streaming", "temperature": "temperature", "top_k": "runtime_top_k", "top_p": "runtime_top_p",
     "seed": "seed", "end_id": "end_id", "stop_words": "stop_words", "num_draft_tokens": "num_draft_tokens",
+    "task": "task",
 }
 # Ensemble input -> preprocessing input that only makes the step run (see ENSEMBLE_INPUTS).
 PRESENCE_INPUTS = {name: name.upper() for name in DIRECT_TO_GENERATION}
@@ -167,7 +170,8 @@ def generation_config(spec: Spec, names: ModelNames, engine_dir: str) -> pbtxt.M
          tensor("seed", "UINT64", [1], optional=True),
          tensor("streaming", "BOOL", [1], optional=True),
          tensor("stop_words", "STRING", [-1], optional=True),
-         tensor("num_draft_tokens", "INT32", [1], optional=True)],
+         tensor("num_draft_tokens", "INT32", [1], optional=True),
+         tensor("task", "STRING", [1], optional=True)],
         [tensor("output_ids", "INT32", [-1, -1]), tensor("sequence_length", "INT32", [-1]),
          tensor("context_ids", "INT32", [-1]), tensor("is_final", "BOOL", [1]), tensor("stop_trim", "INT32", [1]),
          tensor("stop_words_out", "STRING", [-1])]

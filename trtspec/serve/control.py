@@ -183,7 +183,10 @@ def spec_metrics(samples: list[tuple[str, dict[str, str], float]]) -> dict[str, 
         if not model:
             continue
         m = raw.setdefault(model, {"per_position": {}})
-        if name == "spec_dec_accepted_tokens_per_position_total" and labels.get("position", "").isdigit():
+        if name.startswith("spec_dec_drafter_") and "drafter" in labels:  # a routed spec: per drafter
+            d = m.setdefault("drafters", {}).setdefault(labels["drafter"], {})
+            d[name] = d.get(name, 0.0) + value
+        elif name == "spec_dec_accepted_tokens_per_position_total" and labels.get("position", "").isdigit():
             m["per_position"][int(labels["position"])] = m["per_position"].get(int(labels["position"]), 0.0) + value
         elif name.startswith(("spec_dec_", "nv_inference_")):
             m[name] = m.get(name, 0.0) + value
@@ -204,12 +207,25 @@ def spec_metrics(samples: list[tuple[str, dict[str, str], float]]) -> dict[str, 
                     "per_position_acceptance": [m["per_position"].get(i, 0.0) / drafts
                                                 for i in range(max(m["per_position"], default=-1) + 1)]
                     if drafts else []}
+        if m.get("drafters"):
+            row["drafters"] = {name: _drafter_row(d) for name, d in sorted(m["drafters"].items())}
         if "nv_inference_request_success" in m:
             ok = m["nv_inference_request_success"]
             row |= {"inferences": int(ok), "inference_failures": int(m.get("nv_inference_request_failure", 0.0)),
                     "avg_queue_us": m.get("nv_inference_queue_duration_us", 0.0) / ok if ok else 0.0}
         out[model] = row
     return out
+
+
+def _drafter_row(d: dict[str, float]) -> dict[str, Any]:
+    """One drafter of a routed deployment: its steps, tokens and acceptance (spec_dec_drafter_* families)."""
+    from trtspec.runtime.stats import acceptance_rate, tokens_per_step
+
+    steps = d.get("spec_dec_drafter_steps_total", 0.0)
+    drafted, accepted = d.get("spec_dec_drafter_draft_tokens_total", 0.0), d.get("spec_dec_drafter_accepted_tokens_total", 0.0)
+    return {"steps": int(steps), "draft_tokens": int(drafted), "accepted_tokens": int(accepted),
+            "acceptance_rate": acceptance_rate(accepted, drafted),
+            "tokens_per_step": tokens_per_step(d.get("spec_dec_drafter_emitted_tokens_total", 0.0), steps)}
 
 
 def server_status(url: str, admin_key: str | None = None, models: Iterable[str] = (),

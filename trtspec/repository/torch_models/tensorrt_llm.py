@@ -3,8 +3,9 @@
 
 It mirrors the tensorrtllm_backend model's name and I/O so that ensembles and clients port
 unchanged: inputs input_ids, input_lengths, request_output_len, end_id, temperature,
-runtime_top_k, runtime_top_p, seed, streaming, plus stop_words (strings) and num_draft_tokens
-(0 = no speculation); outputs output_ids / sequence_length (the ids accepted since the previous
+runtime_top_k, runtime_top_p, seed, streaming, plus stop_words (strings), num_draft_tokens
+(0 = no speculation) and task (a routed spec: the request's drafter, see runtime/router.py; an unknown task
+is INVALID_ARG; a spec with one drafter ignores it); outputs output_ids / sequence_length (the ids accepted since the previous
 response; all of them when not streaming), context_ids, is_final, stop_trim and stop_words_out (for
 exact streaming detokenization in `postprocessing`, see trtspec/runtime/detok.py) and the per-request
 counters acceptance_rate, total_accepted_draft_tokens, total_draft_tokens, num_output_tokens,
@@ -21,6 +22,8 @@ the traceback (`serving.triton_error`). Prometheus metrics (labels model, method
 `pb_utils.MetricFamily` and fed by the engine's per-step SpecDecodingStats (engine.on_step); latencies are
 `_sum`/`_count` counter pairs (mean = rate(sum)/rate(count)); spec_dec_accepted_tokens_per_position_total
 {position="i"} counts accepted tokens per draft position, as vLLM's spec_decode_num_accepted_tokens_per_pos.
+A routed spec adds spec_dec_drafter_* families (labels model, method, drafter): each drafter's share of the
+steps, draft tokens, accepted tokens and emitted tokens.
 """
 
 import functools
@@ -66,13 +69,19 @@ FAMILIES = (  # attribute, Prometheus name, kind, description (labels: model, me
      "Tokens emitted per verify step (prefill tokens excluded) over the engine's last 256 steps"),
 )
 PER_POSITION = "spec_dec_accepted_tokens_per_position_total"  # vLLM: vllm:spec_decode_num_accepted_tokens_per_pos
+DRAFTER_FAMILIES = (  # a routed spec: per drafter (label drafter), from SpecDecodingStats' per-request lists
+    ("steps", "spec_dec_drafter_steps_total", "Verify steps (request-steps) of the requests routed to the drafter"),
+    ("drafted", "spec_dec_drafter_draft_tokens_total", "Draft tokens the drafter proposed"),
+    ("accepted", "spec_dec_drafter_accepted_tokens_total", "Draft tokens of the drafter the target accepted"),
+    ("emitted", "spec_dec_drafter_emitted_tokens_total", "Tokens emitted by the steps of the drafter's requests"),
+)
 
 
 class Metrics:
     """The spec_dec_* Prometheus families of one model instance, fed by the engine's per-step
     SpecDecodingStats (`observe`, an engine.on_step observer) and by the request lifecycle."""
 
-    def __init__(self, model, method, positions):
+    def __init__(self, model, method, positions, drafters=()):
         labels = {"model": model, "method": method}
         self.families = []  # a Metric works only while its MetricFamily is alive
         for attribute, name, kind, description in FAMILIES:
@@ -86,6 +95,13 @@ class Metrics:
         self.families.append(family)
         self.per_position = [family.Metric(labels={**labels, "position": str(i)}) for i in range(positions)]
         self.recent = serving.RecentSteps(256)
+        routed = []
+        for attribute, name, description in DRAFTER_FAMILIES if drafters else ():
+            family = pb_utils.MetricFamily(name=name, description=description, kind=pb_utils.MetricFamily.COUNTER)
+            self.families.append(family)
+            routed.append((attribute, family))
+        # per drafter (engine.drafter_names' order): {attribute: Metric}
+        self.drafters = [{a: f.Metric(labels={**labels, "drafter": d}) for a, f in routed} for d in drafters]
 
     def observe(self, step):
         """One engine step (called on the engine's thread before the step's responses are sent)."""
@@ -104,6 +120,18 @@ class Metrics:
         rate, per_step = self.recent.add(step)
         self.acceptance_rate.set(rate)
         self.tokens_per_step.set(per_step)
+        if self.drafters and step.drafters:
+            sums = [{"steps": 0, "drafted": 0, "accepted": 0, "emitted": 0} for _ in self.drafters]
+            for d, drafted, accepted, emitted in zip(step.drafters, step.drafted, step.accepted, step.emitted):
+                row = sums[d]
+                row["steps"] += 1
+                row["drafted"] += drafted
+                row["accepted"] += accepted
+                row["emitted"] += emitted
+            for metrics, row in zip(self.drafters, sums):
+                for attribute, value in row.items():
+                    if value:
+                        metrics[attribute].increment(value)
 
 
 class Stream:
@@ -215,7 +243,7 @@ class TritonPythonModel:
         self.tokenizer = self.engine.tokenizer
         self.boundary = detok.boundary_tokens(self.tokenizer)
         self.limits = spec.limits
-        self.metrics = Metrics(spec.name, spec.method, self.engine.plan.max_depth)
+        self.metrics = Metrics(spec.name, spec.method, self.engine.plan.max_depth, self.engine.drafter_names)
         self.engine.on_step.append(self.metrics.observe)
         serving.watch_server(on_drain=self.drain)  # exit with the server; drain when it stops
 
@@ -228,9 +256,9 @@ class TritonPythonModel:
         for request in requests:
             sender = request.get_response_sender()
             try:
-                ids, params, streaming = self.parse(request)
+                ids, params, streaming, task = self.parse(request)
                 stream = Stream(self, sender, streaming, params.stop)
-                self.engine.submit(ids, params, stream.on_event)
+                self.engine.submit(ids, params, stream.on_event, task)
                 self.metrics.prompt_tokens.increment(len(ids))
             except Exception as exc:  # bad request (GenerationError, RequestError) or engine failure
                 self.metrics.failures.increment(1)
@@ -270,7 +298,8 @@ class TritonPythonModel:
         }
         params = SamplingParams(**{key: v for key, v in kwargs.items() if v is not None or key == "num_draft_tokens"})
         streaming = bool(serving.scalar(_input(request, "streaming"), "stream", bool) or False)
-        return ids, params, streaming
+        task = serving.scalar(_input(request, "task"), "task", str)
+        return ids, params, streaming, task or None
 
     def finalize(self):
         serving.forget_instance()

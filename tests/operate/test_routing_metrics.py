@@ -1,0 +1,66 @@
+"""Per-drafter metrics of a routed deployment, without a server: the served model's exporter (spec_dec_drafter_*
+families fed by the engine's per-step stats) and `trtspec status`'s reading of them."""
+
+from __future__ import annotations
+
+import types
+
+from trtspec.runtime.stats import SpecDecodingStats
+
+
+class _Family:
+    """pb_utils.MetricFamily as the exporter uses it: Metric(labels) with increment/set."""
+
+    COUNTER, GAUGE = "counter", "gauge"
+    made: list["_Family"] = []
+
+    def __init__(self, name, description, kind):
+        self.name, self.metrics = name, []
+        _Family.made.append(self)
+
+    def Metric(self, labels):  # noqa: N802 - pb_utils' spelling
+        m = types.SimpleNamespace(labels=labels, value=0.0)
+        m.increment = lambda v, m=m: setattr(m, "value", m.value + v)
+        m.set = lambda v, m=m: setattr(m, "value", v)
+        self.metrics.append(m)
+        return m
+
+    def text(self) -> str:
+        rows = [f"# TYPE {self.name} counter"]
+        for m in self.metrics:
+            labels = ",".join(f'{k}="{v}"' for k, v in m.labels.items())
+            rows.append(f"{self.name}{{{labels}}} {m.value}")
+        return "\n".join(rows)
+
+
+def test_routed_metrics_count_each_request_step_on_its_drafter():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.test_request_properties import _load_model
+    from trtspec.serve.control import spec_metrics
+
+    module = _load_model("tensorrt_llm.py")
+    module.pb_utils.MetricFamily = _Family
+    _Family.made = []
+    metrics = module.Metrics("demo-routed", "routed", 4, ["prose", "code"])
+    # rows: code (drafted 4, accepted 3, emitted 4), prose (2, 0, 1), code (4, 4, 5)
+    metrics.observe(SpecDecodingStats([4, 2, 4], [4, 2, 4], [3, 0, 4], [4, 1, 5], 0.01, 0.02, [1, 0, 1]))
+    metrics.observe(SpecDecodingStats([2], [2], [2], [3], 0.01, 0.02, [0]))
+    text = "\n".join(f.text() for f in _Family.made) + "\n"
+    samples = [(s.name, dict(s.labels), float(s.value)) for f in text_string_to_metric_families(text) for s in f.samples]
+    row = spec_metrics(samples)["demo-routed"]
+    assert row["method"] == "routed" and row["acceptance_rate"] == 9 / 12  # the totals stay the deployment's
+    assert row["drafters"] == {
+        "code": {"steps": 2, "draft_tokens": 8, "accepted_tokens": 7, "acceptance_rate": 7 / 8, "tokens_per_step": 4.5},
+        "prose": {"steps": 2, "draft_tokens": 4, "accepted_tokens": 2, "acceptance_rate": 0.5, "tokens_per_step": 2.0}}
+
+
+def test_a_single_drafter_deployment_exports_no_drafter_families():
+    from tests.test_request_properties import _load_model
+
+    module = _load_model("tensorrt_llm.py")
+    module.pb_utils.MetricFamily = _Family
+    _Family.made = []
+    metrics = module.Metrics("demo", "eagle", 4)
+    metrics.observe(SpecDecodingStats([4], [4], [3], [4], 0.01, 0.02))
+    assert not [f for f in _Family.made if f.name.startswith("spec_dec_drafter_")]

@@ -217,6 +217,10 @@ class LimitsSection(_Strict):
 
 class TorchRuntime(_Strict):
     threads: int = Field(0, ge=0, le=1024, description="intra-op threads (0: torch default)")
+    row_exact: bool | None = Field(None, description="row-exact target passes: each verified row computes as a "
+                                   "one-row decode step would (same bits; ~5-8 % slower speculation); default: on "
+                                   "for a quantized target, off for float ones (their rows differ by ~1e-5 in "
+                                   "the logits: only near-ties could flip)")
 
 
 class TrtllmRuntime(_Strict):

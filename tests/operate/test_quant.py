@@ -75,6 +75,7 @@ def test_int8_target_speculation_is_plain_decoding_of_it(fam, method):
     engine = SpecEngine.from_spec(spec_from_dict(data))
     try:
         assert isinstance(engine.target.head, Int8Linear) and isinstance(engine.target.layers[0].gate_up, Int8Linear)
+        assert engine.target.exact_attention  # runtime.torch.row_exact's default for a quantized target
         spec_out = engine.generate_batch(PROMPTS, SamplingParams(max_new_tokens=24))
         plain = [engine.generate(p, SamplingParams(max_new_tokens=24, num_draft_tokens=0)) for p in PROMPTS]
     finally:

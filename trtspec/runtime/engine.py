@@ -90,6 +90,8 @@ class SpecEngine:
             from trtspec.runtime.quant import quantize_llama
 
             quantize_llama(target, spec.model.quantization)
+        if spec.runtime.torch.row_exact is not False and (spec.runtime.torch.row_exact or spec.model.quantization):
+            target.make_row_exact()  # (default: for a quantized target, whose bf16 activations need it)
         if tokenizer is None:
             tokenizer = load_tokenizer(spec.tokenizer_dir)
         a, method = spec.speculative.adaptive, methods.get(spec.method)

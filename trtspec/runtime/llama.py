@@ -258,14 +258,27 @@ class Llama:
         # EAGLE-3 features: when set (by its proposer), `forward`'s hidden output is the concatenation of these
         # layers' outputs (the residual stream after layer i, un-normed) instead of the final post-norm state
         self.capture_layers: tuple[int, ...] = ()
+        # row-exact attention (see `exact_keys`): each query row of a verify pass or of a batched decode attends
+        # as a one-row decode step would, so its numbers do not depend on the rows beside it. Off for float
+        # targets (their batched attention differs from one row's by ~1e-7, logits by ~5e-5: near-ties only);
+        # on for a quantized target (runtime/quant.py), whose bf16 activations round such differences up
+        # to ~0.4 in the logits: then speculation would change greedy outputs
+        self.exact_attention = False
         bytes_per = (weight_dtype or dtype).itemsize
         if self.num_params * bytes_per > ONEDNN_SINGLE_ROW_BYTES:
             self.use_onednn_single_row(True)
         self.set_max_seq(max_seq)
 
+    def make_row_exact(self) -> None:
+        """Row-exact forward passes: attention row by row (`exact_attention`) and one kernel for any number of
+        rows (oneDNN also for one row), so a row's logits are the same bits whatever runs beside it."""
+        self.exact_attention = True
+        self.use_onednn_single_row(True)
+
     def use_onednn_single_row(self, on: bool) -> None:
         for lin in [self.head] + [x for lw in self.layers for x in (lw.qkv, lw.o, lw.gate_up, lw.down)]:
-            lin.min_rows = 1 if on or lin.w.dtype == torch.bfloat16 else 2
+            if isinstance(lin, Linear):  # (a quantized twin has one kernel for every row count)
+                lin.min_rows = 1 if on or lin.w.dtype == torch.bfloat16 else 2
 
     def set_max_seq(self, max_seq: int) -> None:
         """Size the RoPE tables for positions < max_seq (the cache's slot count)."""
@@ -332,15 +345,20 @@ class Llama:
         cos, sin = F.embedding(positions, self.rope).unsqueeze(2).chunk(2, dim=-1)
         write = _writer(start, T, B, row0, self.device)
         masks: dict[int | None, torch.Tensor | None] = {None: mask}
+        exact = self.exact_attention and mask is not None and T <= EXACT_MAX_ROWS  # (not a long prefill)
+        keys: dict[int | None, list | None] = {}
         for i, lw in enumerate(layers if layers is not None else self.layers):
             if lw.window not in masks:
                 masks[lw.window] = window_mask(mask, positions, start, S, lw.window)
-            x = self.block(x, lw, cache.k[i], cache.v[i], cos, sin, write, masks[lw.window], B, T, S, row0)
+            if lw.window not in keys:
+                keys[lw.window] = exact_keys(masks[lw.window]) if exact else None
+            x = self.block(x, lw, cache.k[i], cache.v[i], cos, sin, write, masks[lw.window], B, T, S, row0,
+                           keys[lw.window])
             if capture is not None and i in self.capture_layers:
                 capture[i] = x
         return x
 
-    def block(self, x, w: LayerWeights, kc, vc, cos, sin, write, mask, B, T, S, row0):
+    def block(self, x, w: LayerWeights, kc, vc, cos, sin, write, mask, B, T, S, row0, keys=None):
         c = self.cfg
         nh, nkv, D = c.num_heads, c.num_kv_heads, c.head_dim
         h = x if w.attn_norm is None else F.rms_norm(x, (c.hidden_size,), w.attn_norm, c.rms_norm_eps)
@@ -353,9 +371,13 @@ class Llama:
                             cos, sin)
         write(kc, qk[:, :, nh:])
         write(vc, qkv[:, :, nh + nkv:])
-        o = F.scaled_dot_product_attention(
-            qk[:, :, :nh].transpose(1, 2), kc[row0:row0 + B, :, :S], vc[row0:row0 + B, :, :S],
-            attn_mask=mask, enable_gqa=nh != nkv)
+        q = qk[:, :, :nh].transpose(1, 2)
+        if keys is None:
+            o = F.scaled_dot_product_attention(q, kc[row0:row0 + B, :, :S], vc[row0:row0 + B, :, :S],
+                                               attn_mask=mask, enable_gqa=nh != nkv)
+        else:  # row-exact: each query row alone, on exactly the keys it sees, as a one-row decode step
+            o = torch.cat([torch.cat([_attend_one(q[b:b + 1, :, t:t + 1], kc, vc, row0 + b, sel, nh != nkv)
+                                      for t, sel in enumerate(row)], 2) for b, row in enumerate(keys)], 0)
         x = x + w.o(o.transpose(1, 2).reshape(B, T, nh * D))
         h = F.rms_norm(x, (c.hidden_size,), w.mlp_norm, c.rms_norm_eps)
         gate, up = w.gate_up(h).chunk(2, dim=-1)
@@ -363,6 +385,32 @@ class Llama:
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         return self.head(h)
+
+
+EXACT_MAX_ROWS = 64  # longer passes (prefills) keep batched attention: they are the same in either decoding
+
+
+def exact_keys(mask: torch.Tensor) -> list[list[int | torch.Tensor]]:
+    """Per row b and query t of `mask` [B, 1, T, S]: the cache slots it sees, as a count n (slots 0..n-1, the
+    common case: a chain) or an index tensor (a tree node: the prefix and its ancestors, in slot order)."""
+    m = mask[:, 0]
+    counts = m.sum(-1)
+    prefix = m.cumsum(-1).gather(-1, (counts - 1).clamp_min(0)[..., None])[..., 0] == counts  # the first n all seen
+    out: list[list[int | torch.Tensor]] = []
+    for b, (cnt, pre) in enumerate(zip(counts.tolist(), prefix.tolist())):
+        out.append([n if ok else m[b, t].nonzero()[:, 0] for t, (n, ok) in enumerate(zip(cnt, pre))])
+    return out
+
+
+def _attend_one(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, row: int, sel: int | torch.Tensor,
+                gqa: bool) -> torch.Tensor:
+    """One query row [1, H, 1, D] on cache row `row`'s slots `sel` (a count: 0..sel-1, else indices): the call a
+    one-row decode step makes (no mask, the keys as a prefix of the cache)."""
+    if isinstance(sel, int):
+        k, v = kc[row:row + 1, :, :sel], vc[row:row + 1, :, :sel]
+    else:
+        k, v = kc[row:row + 1, :, sel], vc[row:row + 1, :, sel]
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
 
 
 def window_mask(mask: torch.Tensor | None, positions: torch.Tensor, start: list[int], S: int,

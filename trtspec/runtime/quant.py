@@ -4,9 +4,11 @@ target's (`model.quantization = "int8"`).
 Drafts only propose: the target verifies every token, so a quantized drafter changes acceptance, never the
 output (greedy: token identity; sampling: the rejection sampler gets the quantized drafter's own q, which its
 logits give). A quantized target is another model (its own outputs, not fp32's): what stays true is that
-speculative and plain decoding of it give the same tokens — the int8 kernel computes each row on its own (a
+speculative and plain decoding of it give the same tokens: the int8 kernel computes each row on its own (a
 row's result does not depend on the rows beside it; tests/operate/test_quant.py checks it), as the fp32
-oneDNN path does.
+oneDNN path does, and the engine makes a quantized target's passes row-exact (`runtime.torch.row_exact`,
+Llama.make_row_exact: attention too), because bf16 activations round batched attention's ~1e-7 differences
+into different greedy tokens.
 
     int8  per output channel, symmetric: W ~ s[n] * q[n, k], q in [-127, 127]; multiplied by
           torch.ops.aten._weight_int8pack_mm (x @ q^T * s, no dequantized copy) in bfloat16 activations where

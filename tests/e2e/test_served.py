@@ -33,7 +33,7 @@ def test_the_whole_repository_loads(e2e):
     try:
         index = client.get_model_repository_index(headers=e2e.server.admin_headers("grpc"), as_json=True)
         models = {m["name"]: m for m in index["models"]}
-        assert len(models) == 2 + 2 * len(METHODS)
+        assert len(models) == 2 + 2 * (len(METHODS) + 1)  # + the routed deployment (e2e.routed)
         for name, model in models.items():
             assert model.get("state") == "READY", (name, model)
             assert pbtxt.read_config(e2e.server.model_repository / name / "config.pbtxt").name == name

@@ -14,7 +14,9 @@ the bundled Triton server (gRPC streaming) plain and the chain. It prints
   ideal      E[tau] / (1 + K c) with E[tau] = (1 - alpha^(K+1)) / (1 - alpha): what the measured alpha and c allow
   speedup    tok/s over plain tok/s, and its share of the ideal
 
-and the load average before and after. A script that prints tables, never a test.
+then, per drafter, what its training cost (its trtspec.train.json: kind, data, steps, minutes), so that heads
+trained with the same budget (`trtspec train eagle|medusa --work <the EAGLE-3 run's work dir>`) are compared
+side by side, and the load average before and after. A script that prints tables, never a test.
 """
 
 from __future__ import annotations
@@ -100,6 +102,30 @@ def main() -> None:
     if not args.no_served:
         served(rows, args, load_spec(SPECS["eagle3 chain"]))
     show(rows, ks, args, load_before, os.getloadavg())
+    costs({"eagle3": HEAD, **{item.partition("=")[0]: Path(item.partition("=")[2]) for item in args.heads}})
+
+
+def costs(heads: dict[str, Path]) -> None:
+    """The training record of each drafter (trtspec.train.json), one row each."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from trtspec.artifacts import manifest
+
+    table = Table(title="training cost (trtspec.train.json)")
+    for col in ("drafter", "kind", "samples", "tokens", "steps", "epochs", "train min", "trained params",
+                "final loss (ema)"):
+        table.add_column(col, justify="left" if col in ("drafter", "kind") else "right")
+    for name, d in heads.items():
+        m = manifest.read(d / manifest.FILE_NAMES[manifest.TRAIN], manifest.TRAIN)
+        if m is None:
+            table.add_row(name, "(no manifest)", *["-"] * 7)
+            continue
+        b, data = m["budget"], m["inputs"]["data"]
+        table.add_row(name, m.get("method", "?"), str(data["samples"]), f"{data['tokens']:,}", str(b["steps_done"]),
+                      str(b["epochs"]), f"{b['wall_s']['train'] / 60:.1f}", f"{m['params'] / 1e6:.2f}M",
+                      str(m["losses"]["final_loss_ema"]))
+    Console(width=160).print(table)
 
 
 def served(rows, args, spec) -> None:

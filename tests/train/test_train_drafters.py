@@ -179,6 +179,8 @@ def test_resume_continues_a_killed_run_and_extends_a_finished_one(tiny, tmp_path
     drafters.train_drafter("medusa", target, tmp_path / "resumed", four, work=tmp_path / "w2", resume=True)
     a, b = (layouts.load_medusa(tmp_path / d)[1] for d in ("full", "resumed"))
     assert all(torch.equal(a[k], b[k]) for k in a)
+    again = drafters.train_drafter("medusa", target, tmp_path / "again", four, work=tmp_path / "w2", resume=True)
+    assert again["budget"]["steps_done"] == 4 and again["losses"]["final_loss_ema"] is not None  # no step ran
     m = drafters.train_drafter("medusa", target, tmp_path / "longer", dataclasses.replace(four, steps=6),
                                work=tmp_path / "w2", resume=True)
     assert m["budget"]["steps_done"] == 6

@@ -479,7 +479,7 @@ def train_head(work: Path, head: torch.nn.Module, f: dict[str, torch.Tensor], cf
         _extend(state, cfg)
     per_epoch = len(_batches(f["offsets"], cfg.batch_tokens, cfg.seed, 0))
     t_start, t_saved = time.perf_counter() - state["wall_s"], time.perf_counter()
-    ema = None
+    ema = state.get("loss_ema")  # a resumed run continues its average (None before the first step)
     head.train()
     while True:
         step = state["step"]
@@ -501,6 +501,7 @@ def train_head(work: Path, head: torch.nn.Module, f: dict[str, torch.Tensor], cf
         opt.step()
         lv = float(loss.detach())
         ema = lv if ema is None else 0.95 * ema + 0.05 * lv
+        state["loss_ema"] = ema
         state["step"] = step + 1
         if step % 20 == 0 or step + 1 == total:
             state["history"].append({"step": step + 1, "loss": round(lv, 4),

@@ -12,7 +12,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from tests.train.eagle3_support import save_target4
+from tests.train.eagle3_support import save_target4, write_prompts
 from trtspec.artifacts import heads as layouts
 from trtspec.artifacts import manifest
 from trtspec.artifacts.hf import ModelConfig
@@ -30,10 +30,7 @@ def tiny(tmp_path_factory):
     """One work dir (data, features, hidden states) shared by every kind, as on a real target."""
     root = tmp_path_factory.mktemp("drafters")
     target = save_target4(root / "target")
-    data = root / "prompts.jsonl"
-    g = torch.Generator().manual_seed(3)
-    data.write_text("".join(json.dumps({"prompt": " ".join(f"w{int(i)}" for i in torch.randint(1, 90, (6,), generator=g))})
-                            + "\n" for _ in range(30)))
+    data = write_prompts(root / "prompts.jsonl")
     cfg = drafters.TrainConfig(data=str(data), **QUICK)
     out = {kind: drafters.train_drafter(kind, target, root / kind, cfg, work=root / "work")
            for kind in ("medusa", "eagle", "draft-model")}

@@ -11,7 +11,7 @@ import torch
 from click.testing import CliRunner
 
 from tests.support import ROOT
-from tests.train.eagle3_support import save_target4, write_spec
+from tests.train.eagle3_support import save_target4, write_prompts, write_spec
 from trtspec.artifacts import heads as layouts
 from trtspec.artifacts import manifest
 from trtspec.artifacts.hf import ModelConfig
@@ -29,10 +29,7 @@ QUICK = dict(samples=12, max_new_tokens=16, gen_batch=4, draft_vocab=40, topk=8,
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("eagle3")
     target = save_target4(root / "target")
-    data = root / "prompts.jsonl"
-    g = torch.Generator().manual_seed(3)
-    data.write_text("".join(json.dumps({"prompt": " ".join(f"w{int(i)}" for i in torch.randint(1, 90, (6,), generator=g))})
-                            + "\n" for _ in range(30)))
+    data = write_prompts(root / "prompts.jsonl")
     cfg = drafters.TrainConfig(data=str(data), **QUICK)
     m = drafters.train_eagle3(target, root / "head", cfg, work=root / "work")
     return root, target, root / "head", cfg, m

@@ -262,7 +262,6 @@ def make_features(work: Path, target: Path, cfg: TrainConfig, data: dict, aux: t
     """Stage 2: features.safetensors: ids [N], feats [N, 3H] fp16, top_ids [N, k] (draft ids), top_logits
     [N, k] fp16, mask [N] (token N+1 trained and the target's argmax in the draft vocabulary), offsets
     [S + 1], used [Vd] (the draft vocabulary, target ids)."""
-    from trtspec.runtime.cache import chain_inputs
     from trtspec.runtime.llama import Llama
 
     path, meta_path = work / "features.safetensors", work / "features.json"
@@ -281,18 +280,8 @@ def make_features(work: Path, target: Path, cfg: TrainConfig, data: dict, aux: t
     used_dev = used.to(cfg.device)
     k = min(cfg.topk, len(used))
     out: dict[str, list[torch.Tensor]] = {n: [] for n in ("ids", "feats", "top_ids", "top_logits", "mask")}
-    order = sorted(range(len(samples)), key=lambda i: len(samples[i]["ids"]))
     rows: dict[int, dict[str, torch.Tensor]] = {}
-    batch = 4
-    for bi in range(0, len(order), batch):
-        idx = order[bi:bi + batch]
-        seqs = [samples[i]["ids"] for i in idx]
-        T = max(len(s) for s in seqs)
-        model.set_max_seq(T + 1)
-        cache = model.new_cache(len(idx), T + 1)
-        tokens = torch.tensor([s + [0] * (T - len(s)) for s in seqs], device=cfg.device)
-        inp = chain_inputs([0] * len(idx), T, cfg.device)
-        logits, feats = model.forward(cache, inp.positions, inp.start, inp.mask, tokens=tokens)
+    for idx, seqs, logits, feats in _full_passes(model, samples, cfg.device, "features", report):
         sub = logits.index_select(-1, used_dev)
         top = sub.topk(k, dim=-1)
         in_vocab = t2d.to(cfg.device)[logits.argmax(-1)]
@@ -303,7 +292,6 @@ def make_features(work: Path, target: Path, cfg: TrainConfig, data: dict, aux: t
             rows[i] = {"ids": torch.tensor(seqs[b]), "feats": feats[b, :n].half().cpu(),
                        "top_ids": top.indices[b, :n].to(torch.int32).cpu(), "top_logits": top.values[b, :n].half().cpu(),
                        "mask": trained & in_vocab[b, :n].cpu()}
-        report("features", min(len(order), bi + batch), len(order), None)
     for i in range(len(samples)):
         for name in out:
             out[name].append(rows[i][name])
@@ -318,13 +306,32 @@ def make_features(work: Path, target: Path, cfg: TrainConfig, data: dict, aux: t
     return {**t, "wall_s": torch.tensor(wall)}
 
 
+def _full_passes(model, samples: list[dict], device: str, stage: str, report: Reporter, logits: bool = True):
+    """The target's full forward over every sample's ids, shortest first, 4 at a time: yields (sample indices,
+    their id lists, logits | None, the forward's hidden output), reporting progress as `stage`."""
+    from trtspec.runtime.cache import chain_inputs
+
+    order = sorted(range(len(samples)), key=lambda i: len(samples[i]["ids"]))
+    batch = 4
+    for bi in range(0, len(order), batch):
+        idx = order[bi:bi + batch]
+        seqs = [samples[i]["ids"] for i in idx]
+        T = max(len(s) for s in seqs)
+        model.set_max_seq(T + 1)
+        cache = model.new_cache(len(idx), T + 1)
+        tokens = torch.tensor([s + [0] * (T - len(s)) for s in seqs], device=device)
+        inp = chain_inputs([0] * len(idx), T, device)
+        out, h = model.forward(cache, inp.positions, inp.start, inp.mask, tokens=tokens, logits=logits)
+        yield idx, seqs, out, h
+        report(stage, min(len(order), bi + batch), len(order), None)
+
+
 @torch.no_grad()
 def make_hidden(work: Path, target: Path, cfg: TrainConfig, data: dict, report: Reporter,
                 log) -> tuple[torch.Tensor, float]:
     """Stage 2b (Medusa, EAGLE-1): hidden.safetensors: the target's final post-norm hidden state [N, H] fp16
     of every token (the rows of features.safetensors), what those heads read at serving; keyed by the data.
     Returns (the states, the seconds the pass took when it ran)."""
-    from trtspec.runtime.cache import chain_inputs
     from trtspec.runtime.llama import Llama
 
     path, meta_path = work / "hidden.safetensors", work / "hidden.json"
@@ -336,21 +343,10 @@ def make_hidden(work: Path, target: Path, cfg: TrainConfig, data: dict, report: 
     t0 = time.perf_counter()
     model = Llama.from_dir(target, device=cfg.device, name="target", weight_dtype=torch.float32)
     samples = data["samples"]
-    order = sorted(range(len(samples)), key=lambda i: len(samples[i]["ids"]))
     rows: dict[int, torch.Tensor] = {}
-    batch = 4
-    for bi in range(0, len(order), batch):
-        idx = order[bi:bi + batch]
-        seqs = [samples[i]["ids"] for i in idx]
-        T = max(len(s) for s in seqs)
-        model.set_max_seq(T + 1)
-        cache = model.new_cache(len(idx), T + 1)
-        tokens = torch.tensor([s + [0] * (T - len(s)) for s in seqs], device=cfg.device)
-        inp = chain_inputs([0] * len(idx), T, cfg.device)
-        _, h = model.forward(cache, inp.positions, inp.start, inp.mask, tokens=tokens, logits=False)
+    for idx, seqs, _, h in _full_passes(model, samples, cfg.device, "hidden", report, logits=False):
         for b, i in enumerate(idx):
             rows[i] = h[b, :len(seqs[b])].half().cpu()
-        report("hidden", min(len(order), bi + batch), len(order), None)
     out = torch.cat([rows[i] for i in range(len(samples))])
     save_weights({"hidden": out}, path)
     wall = round(time.perf_counter() - t0, 3)

@@ -69,3 +69,19 @@ def test_an_invalid_schedule_leaves_the_spec_untouched(tmp_path):
     with pytest.raises(SpecError, match=r"speculative.schedule.8 = 1: batch size 8 is outside"):
         write_schedule(path, {1: 4, 8: 1})
     assert path.read_text() == SPEC and len(list(tmp_path.iterdir())) == 1
+
+
+def test_tune_refuses_a_routed_spec_before_sweeping(tmp_path, monkeypatch):
+    """A routed spec has a K per drafter, so no schedule: tune says so at once, without running the sweep."""
+    from click.testing import CliRunner
+
+    from trtspec.bench import load
+    from trtspec.cli import main
+
+    monkeypatch.setattr(load, "measure", lambda *a, **k: pytest.fail("swept a spec it cannot tune"))
+    path = tmp_path / "routed.toml"
+    path.write_text('schema = 1\n[model]\ntarget = "t"\n[speculative]\nmethod = "routed"\n'
+                    '[[speculative.drafters]]\nname = "a"\nmethod = "draft-model"\ndraft = "d"\n'
+                    '[[speculative.drafters]]\nname = "b"\nmethod = "ngram"\n[speculative.router]\ndefault = "a"\n')
+    result = CliRunner().invoke(main, ["tune", "-c", str(path), "--local"])
+    assert result.exit_code == 2 and "a schedule sets one K by load; a routed spec has a K per drafter" in result.output

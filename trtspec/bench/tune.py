@@ -22,6 +22,14 @@ from trtspec.errors import SpecError
 from trtspec.spec import Spec, spec_from_dict
 
 
+def check_tunable(spec: Spec) -> None:
+    """A SpecError, before any sweep, for a spec that cannot take a schedule (plain decoding; a routed spec, whose
+    K is per drafter): the spec rules asked with the schedule tune would write at the least, {1 = K}."""
+    data = spec.to_dict()
+    data["speculative"]["schedule"] = {"1": spec.speculative.num_draft_tokens}
+    spec_from_dict(data, source=spec.source)
+
+
 def best_schedule(grid: Grid, spec: Spec) -> dict[int, int]:
     """{band key = batch size: K} from the grid's fixed-K points (see the module docstring)."""
     k_max, max_batch = spec.speculative.num_draft_tokens, spec.limits.max_batch_size

@@ -51,6 +51,7 @@ def tune(config, local, url, model, prompts_file, concurrency, ks, num_prompts, 
 
     console = Console(stderr=True)
     spec = load_spec(config)
+    tuning.check_tunable(spec)  # (a routed spec has no one K to schedule: refused before the sweep)
     k_max = spec.speculative.num_draft_tokens
     try:
         concurrencies = load.parse_concurrencies(concurrency)

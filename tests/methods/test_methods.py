@@ -89,8 +89,11 @@ def _compared_names(path: Path) -> list[tuple[int, str]]:
 
 
 def test_method_names_are_compared_only_inside_the_methods_package():
-    """Every caller asks the registry: no `spec.method == "medusa"` anywhere else in trtspec/."""
+    """Every caller asks the registry: no `spec.method == "medusa"` anywhere else in trtspec/. The trainers'
+    module (train/drafters.py) branches on its own vocabulary, the training kinds (drafters.KINDS: eagle3,
+    eagle, medusa, draft-model: what is trained, not what serves it), and is left out of this check."""
     package = ROOT / "trtspec"
     found = {str(p.relative_to(ROOT)): hits for p in sorted(package.rglob("*.py"))
-             if "methods" not in p.relative_to(package).parts[:1] and (hits := _compared_names(p))}
+             if "methods" not in p.relative_to(package).parts[:1] and p.relative_to(package).as_posix()
+             != "train/drafters.py" and (hits := _compared_names(p))}
     assert found == {}

@@ -121,6 +121,7 @@ def _run(kind: str, o: dict, **own) -> None:
     from trtspec.artifacts import manifest
     from trtspec.errors import UsageError
     from trtspec.spec import load_spec
+    from trtspec import methods
     from trtspec.train import drafters
 
     if o["steps"] is None and o["minutes"] is None and o["until"] is None:
@@ -128,7 +129,7 @@ def _run(kind: str, o: dict, **own) -> None:
     spec = load_spec(o["config"])
     out = o["out"]
     if out is None:  # the spec's drafter dir when the spec serves this kind, never another kind's drafter
-        given = spec.speculative.draft if kind == "draft-model" else spec.speculative.heads
+        given = getattr(spec.speculative, methods.get(drafters.METHOD[kind]).weights)  # draft or heads
         given = given if spec.speculative.method == drafters.METHOD[kind] else None
         out = Path(given) if given else drafters.default_out(Path(spec.model.target), kind)
         made = manifest.read(out / manifest.FILE_NAMES[manifest.TRAIN], manifest.TRAIN) if out.is_dir() else None

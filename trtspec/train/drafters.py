@@ -796,10 +796,13 @@ def measure(heads: Path, target: Path, tok, heldout: list, cfg: TrainConfig, rep
     os.environ["TRTSPEC_DRAFT_DTYPE"] = "float32"
     out: dict[str, Any] = {"prompts": len(prompts), "new_tokens": n, "what": "greedy, batch 1, fixed K, held-out prompts"}
     try:
+        from trtspec import methods
+
+        weights = methods.get(method).weights  # the spec key of its files: "draft" or "heads"
         plans = {"chain": ({"num_draft_tokens": cfg.eval_k}, cfg.eval_k)}
-        if method != "draft-model":
+        if weights == "heads":
             plans["tree"] = ({"num_draft_tokens": len(TREE), "choices": TREE}, len(TREE))
-        where = {"draft": str(Path(heads).resolve())} if method == "draft-model" else {"heads": str(Path(heads).resolve())}
+        where = {weights: str(Path(heads).resolve())}
         reference = None
         for i, (name, (extra, k)) in enumerate(plans.items()):
             engine = _engine(target, {"method": method, **where, "adaptive": {"enabled": False}, **extra},

@@ -331,6 +331,9 @@ JSON_OBJECTS = st.dictionaries(st.text(max_size=8), st.recursive(
 
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(st.one_of(JSON_OBJECTS, JSON_OBJECTS.map(json.dumps), st.text(max_size=20), st.none()))
+@example("5")  # JSON, but not an object: once a TypeError (a crash where a request error or nothing is due)
+@example("[1, 2]")
+@example("null")
 def test_request_parameters_are_known_or_refused(parameters):
     """What Triton's `request.parameters()` gives (a JSON object; a dict from other callers)."""
     allowed = {"text_input", "max_tokens"}

@@ -199,6 +199,8 @@ def check_parameters(parameters: str | dict | None, allowed: set[str]) -> None:
             parameters = json.loads(parameters)
         except json.JSONDecodeError:
             return
+    if not isinstance(parameters, dict):  # JSON that is not an object ("5", "[1]", "null"): no parameters
+        return
     unknown = sorted(k for k in parameters if k not in allowed and not k.startswith("triton_"))
     if unknown:
         raise RequestError(f"unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "

@@ -39,10 +39,10 @@ LOSSY = """
 import dataclasses as _dc
 _parse = TritonPythonModel.parse
 def _lossy_parse(self, request):
-    ids, params, streaming = _parse(self, request)
+    ids, params, *rest = _parse(self, request)  # (ids, params, streaming, task)
     if params.num_draft_tokens != 0:
         params = _dc.replace(params, max_new_tokens=max(1, params.max_new_tokens - 1))
-    return ids, params, streaming
+    return (ids, params, *rest)
 TritonPythonModel.parse = _lossy_parse
 """
 # Loads under the candidate name, fails under the serving one: the switch itself fails and is undone.

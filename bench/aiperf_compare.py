@@ -5,20 +5,24 @@
 Builds the spec's deployment in a temp dir, serves it on the bundled Triton, then, at concurrency 1 with the
 same prompts and max_tokens: trtspec's grid point (gRPC streaming; the deployment's own K), then AIPerf 0.13
 (`--endpoint-type template` against /v2/models/ensemble/generate_stream over HTTP; it counts tokens with the
-local tokenizer), then trtspec again (load drift shows as the difference of the two trtspec runs). Prints
-TTFT and ITL p50/avg of each and AIPerf's difference from the mean of the trtspec runs. AIPerf is installed
+local tokenizer), then trtspec again (load drift shows as the difference of the two trtspec runs), and an HTTP
+probe: the same requests on the endpoint AIPerf drives, timed as AIPerf defines TTFT/ITL (so a gap between
+AIPerf and trtspec is either the protocol — then the probe sides with AIPerf — or the tool). Prints TTFT and
+ITL p50/avg of each and AIPerf's difference from the mean of the trtspec runs and from the probe. AIPerf is installed
 outside the project (`python -m venv /tmp/aiperf-venv && /tmp/aiperf-venv/bin/pip install aiperf==0.13.0`).
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +77,40 @@ def main() -> int:
                     "itl_p50_ms": 1000 * load.percentile(p.itls, 50), "itl_avg_ms": 1000 * statistics.mean(p.itls),
                     "output_tok_s": p.tokens_per_second, "tokens": p.tokens}
 
+        def http_run():
+            """The same requests over the HTTP endpoint AIPerf drives (generate_stream, SSE), timed as AIPerf
+            times them: TTFT at the first event, ITL = (last - first) / (tokens - 1), tokens counted by
+            tokenizing the text; so a gap to AIPerf is either the protocol (this row) or the tool."""
+            from trtspec.artifacts.tokenizer import load_tokenizer
+
+            tok = load_tokenizer(spec.tokenizer_dir)
+            host, port = server.http_url.split("//")[-1].rsplit(":", 1)
+            ttfts, itls, n_tok, busy = [], [], 0, 0.0
+            for prompt in prompts:
+                conn = http.client.HTTPConnection(host, int(port), timeout=300)
+                body = json.dumps({"text_input": prompt, "max_tokens": args.max_tokens, "stream": True})
+                t0 = time.perf_counter()
+                conn.request("POST", f"/v2/models/{spec.serving.ensemble_name}/generate_stream", body,
+                             {"Content-Type": "application/json"})
+                resp, text, first, last = conn.getresponse(), "", None, None
+                for line in resp:
+                    if line.startswith(b"data:"):
+                        now = time.perf_counter()
+                        first = first if first is not None else now
+                        last = now
+                        text += json.loads(line[5:]).get("text_output", "")
+                conn.close()
+                n = len(tok(text, add_special_tokens=False)["input_ids"])
+                ttfts.append(first - t0)
+                if n > 1:
+                    itls.append((last - first) / (n - 1))
+                n_tok, busy = n_tok + n, busy + (last - t0)
+            return {"ttft_p50_ms": 1000 * load.percentile(ttfts, 50), "ttft_avg_ms": 1000 * statistics.mean(ttfts),
+                    "itl_p50_ms": 1000 * load.percentile(itls, 50), "itl_avg_ms": 1000 * statistics.mean(itls),
+                    "output_tok_s": n_tok / busy}
+
         first = trtspec_run()
+        http_row = http_run()
         data = tmp / "prompts.jsonl"
         data.write_text("".join(json.dumps({"text": p}) + "\n" for p in prompts))
         template = tmp / "payload.jinja"  # a file: AIPerf splits an inline --extra-inputs value at its commas
@@ -100,12 +137,15 @@ def main() -> int:
         ai = {"ttft_p50_ms": ttft.get("p50"), "ttft_avg_ms": ttft.get("avg"), "itl_p50_ms": itl.get("p50"),
               "itl_avg_ms": itl.get("avg"), "output_tok_s": (thr or {}).get("avg")}
         print(f"{spec.name}: {len(prompts)} prompts x {args.max_tokens} tokens, concurrency 1; load {os.getloadavg()}")
-        print(f"{'metric':<14}{'trtspec 1':>11}{'AIPerf':>11}{'trtspec 2':>11}{'AIPerf vs mean':>16}")
+        print(f"{'metric':<14}{'trtspec 1':>11}{'AIPerf':>11}{'trtspec 2':>11}{'AIPerf vs mean':>16}"
+              f"{'HTTP probe':>12}{'AIPerf vs HTTP':>16}")
         for key in ("ttft_p50_ms", "ttft_avg_ms", "itl_p50_ms", "itl_avg_ms", "output_tok_s"):
             mean = (first[key] + second[key]) / 2
             diff = f"{100 * (ai[key] - mean) / mean:+.1f} %" if ai[key] is not None else "-"
+            vs_http = f"{100 * (ai[key] - http_row[key]) / http_row[key]:+.1f} %" if ai[key] is not None else "-"
             shown = "-" if ai[key] is None else f"{ai[key]:.2f}"
-            print(f"{key:<14}{first[key]:>11.2f}{shown:>11}{second[key]:>11.2f}{diff:>16}")
+            print(f"{key:<14}{first[key]:>11.2f}{shown:>11}{second[key]:>11.2f}{diff:>16}{http_row[key]:>12.2f}"
+                  f"{vs_http:>16}")
     finally:
         server.stop()
     return 0

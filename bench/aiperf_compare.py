@@ -53,6 +53,8 @@ def main() -> int:
     ap.add_argument("--prompts", default="builtin:code")
     ap.add_argument("-n", type=int, default=12)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--aiperf-arg", action="append", default=[],
+                    help="one more argument for `aiperf profile` (repeat), e.g. --aiperf-arg=--workers-max --aiperf-arg=1")
     args = ap.parse_args()
 
     from trtspec.bench import load
@@ -122,7 +124,7 @@ def main() -> int:
                "--extra-inputs", "response_field:text_output", "--input-file", str(data),
                "--custom-dataset-type", "single_turn", "--output-tokens-mean", str(args.max_tokens),
                "--output-tokens-stddev", "0", "--concurrency", "1", "--request-count", str(len(prompts)),
-               "--warmup-request-count", "1", "--artifact-dir", str(tmp / "aiperf")]
+               "--warmup-request-count", "1", "--artifact-dir", str(tmp / "aiperf"), *args.aiperf_arg]
         # not HF_HUB_OFFLINE: AIPerf's offline mode looks a tokenizer up in the hub cache only, never a local dir
         env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)

@@ -157,25 +157,119 @@ def test_heldout_prompts_are_deterministic_and_exact_length():
     assert all(len(tok.encode(p).ids) == 32 for p in a)
 
 
-@pytest.mark.timeout(30)  # ~3 s on 2 idle cores
-def test_train_demo_quick_produces_a_loadable_family(tmp_path):
+QUICK_STEPS = {"draft": 4, "medusa": 3, "eagle": 3}  # FamilyConfig.quick_config's drafter budgets
+
+
+def _train_demo(*args: str):
     from click.testing import CliRunner
 
     from trtspec.cli import main
 
-    out = tmp_path / "family"
-    result = CliRunner().invoke(main, ["models", "train-demo", "--quick", "--out", str(out), "--seed", "3"])
+    return CliRunner().invoke(main, ["models", "train-demo", "--quick", *args])
+
+
+@pytest.fixture(scope="module")
+def quick_family(tmp_path_factory):
+    """`train-demo --quick` once for the module (~6 s on 2 idle cores): tokenizer, target, three drafters."""
+    root = tmp_path_factory.mktemp("quick")
+    result = _train_demo("--out", str(root / "family"), "--seed", "3")
     assert result.exit_code == 0, result.output
+    return root / "family"
+
+
+@pytest.mark.timeout(60)
+def test_train_demo_quick_produces_a_loadable_family(quick_family):
+    out = quick_family
     _check_llama_dirs(out)
     _check_heads(out)
     _check_hashes(out)
     manifest = _manifest(out)
     assert manifest["seed"] == 3 and manifest["config"]["quick"] is True
     assert set(manifest["models"]["draft"]["acceptance"]) == {"2", "4", "8"}
-    assert not [p for p in tmp_path.iterdir() if p.name != "family"]  # no temp dir left behind
+    assert not [p for p in out.parent.iterdir() if p.name != "family"]  # no temp dir left behind
+    assert not [p for p in out.rglob("*") if p.name.startswith(".")]  # nor the drafters' work dir
 
-    again = CliRunner().invoke(main, ["models", "train-demo", "--quick", "--out", str(out)])
+    again = _train_demo("--out", str(out))
     assert again.exit_code == 3 and "not empty" in again.output
+
+
+def test_train_demo_drafters_are_trained_by_trtspec_train(quick_family):
+    """The three drafters come from trtspec.train.drafters (its record per member, in the family's MANIFEST,
+    not as a trtspec.train.json of their own: the layout is the family's), on the whole vocabulary."""
+    models = _manifest(quick_family)["models"]
+    for name, kind in {"draft": "draft-model", "medusa": "medusa", "eagle": "eagle"}.items():
+        trainer = models[name]["trainer"]
+        assert trainer["created_by"] == f"trtspec train {kind}" and trainer["method"] == kind
+        assert trainer["budget"]["steps_done"] == QUICK_STEPS[name] == trainer["recipe"]["steps"]
+        assert trainer["recipe"]["seed"] == 3 and trainer["inputs"]["data"]["mode"] == "text"
+        assert trainer["draft_vocab_size"] == 2048 == trainer["inputs"]["target"]["vocab_size"]
+        assert trainer["inputs"]["data"]["samples"] == 16  # quick --teacher-seqs
+        assert models[name]["params"] == trainer["params"] > 0
+    assert models["draft"]["loss"]["heldout"] > 0
+    assert not list(quick_family.rglob("trtspec.train.json"))
+
+
+@pytest.mark.parametrize("method", ["draft-model", "medusa", "eagle"])
+def test_train_demo_family_serves_each_drafter_greedy_identically(quick_family, method):
+    """Each drafter loads through its method in the runtime and speculates (chain and, for heads, a tree)
+    to exactly the runtime's plain greedy output; row-exact passes, so that no near-tie of the barely
+    trained quick target can flip a token."""
+    from trtspec.artifacts.tokenizer import load_tokenizer, load_tokenizer_json
+    from trtspec.runtime import SamplingParams, SpecEngine
+    from trtspec.spec import spec_from_dict
+    from trtspec.train.data import snippets, stdlib_corpus
+
+    where = {"draft-model": {"draft": "draft"}, "medusa": {"heads": "medusa"}, "eagle": {"heads": "eagle"}}[method]
+    tree = {"choices": [[0], [1], [0, 0], [0, 1], [0, 0, 0]]} if method != "draft-model" else {}
+    spec = spec_from_dict({
+        "schema": 1, "model": {"name": "quick", "target": "target", "dtype": "float32"},
+        "speculative": {"method": method, "num_draft_tokens": 5 if tree else 4, **where, **tree},
+        "limits": {"max_batch_size": 2, "max_input_len": 32, "max_output_len": 24},
+        "runtime": {"kind": "torch", "device": "cpu", "torch": {"row_exact": True}}}, base=quick_family)
+    tok = load_tokenizer(quick_family / "target")
+    corpus = stdlib_corpus(max_files=50, max_file_bytes=12_000)
+    fast = load_tokenizer_json(quick_family / "target")
+    prompts = [fast.encode(t).ids for t in snippets(fast, corpus.root, corpus.heldout_files, 2, 16, seed=1)]
+    engine = SpecEngine.from_spec(spec, tokenizer=tok)
+    try:
+        plain = [engine.generate(p, SamplingParams(max_new_tokens=24, end_id=-1, num_draft_tokens=0)).tokens
+                 for p in prompts]
+        sp = SamplingParams(max_new_tokens=24, end_id=-1, num_draft_tokens=engine.k_max)
+        spec_out = [engine.generate(p, sp) for p in prompts]
+        batch = engine.generate_batch(prompts, [sp, sp])
+    finally:
+        engine.close()
+    assert [r.tokens for r in spec_out] == plain == [r.tokens for r in batch]
+    assert all(len(t) == 24 for t in plain) and sum(r.drafted for r in spec_out) > 0
+
+
+def test_train_demo_target_trains_only_the_drafters_against_a_copied_target(quick_family, tmp_path):
+    """`--target DIR`: the target is copied byte for byte (its MANIFEST entry taken over from its family's),
+    the drafters are trained again against it, and the new family is complete."""
+    out = tmp_path / "drafters"
+    result = _train_demo("--target", str(quick_family / "target"), "--out", str(out), "--seed", "3",
+                         "--draft-steps", "2")
+    assert result.exit_code == 0, result.output
+    for f in (quick_family / "target").iterdir():
+        assert (out / "target" / f.name).read_bytes() == f.read_bytes()
+    _check_heads(out)
+    _check_hashes(out)
+    old, new = _manifest(quick_family), _manifest(out)
+    assert new["models"]["target"]["train"] == old["models"]["target"]["train"]
+    assert new["models"]["target"]["loss"] == old["models"]["target"]["loss"]
+    assert new["inputs"]["target"] == {"path": str((quick_family / "target").resolve()),
+                                       "family_manifest_matches": True}
+    assert new["models"]["draft"]["trainer"]["budget"]["steps_done"] == 2
+    assert new["created_by"] == "trtspec models train-demo --quick --target"
+    assert (out / "draft" / "model.safetensors").read_bytes() != (quick_family / "draft" / "model.safetensors").read_bytes()
+
+
+def test_train_demo_target_refuses_a_dir_that_is_no_family_target_and_target_steps(quick_family, tmp_path):
+    (tmp_path / "empty").mkdir()
+    bad = _train_demo("--target", str(tmp_path / "empty"), "--out", str(tmp_path / "out"))
+    assert bad.exit_code == 3 and "not a demo-family target" in bad.output and not (tmp_path / "out").exists()
+    both = _train_demo("--target", str(quick_family / "target"), "--target-steps", "3", "--out", str(tmp_path / "o"))
+    assert both.exit_code == 64 and "--target-steps" in both.output
 
 
 def test_heldout_prompts_without_a_family_is_a_model_error(tmp_path):

@@ -1,7 +1,9 @@
-"""Training trtspec's own checkpoints on transformers' modules: the demo family today, drafters later.
+"""Training on transformers' modules: drafters for any target (drafters.py, `trtspec train`) and the demo
+family (demo.py: its own target, then its drafters by drafters.py).
 
     data.py    corpus (the stdlib), tokenizer, token windows, held-out prompts
     heads.py   the trainable modules (transformers' LlamaForCausalLM / LlamaDecoderLayer, Medusa and EAGLE-1
-               heads in the artifacts.heads layouts) and their losses
-    demo.py    the demo-family recipe (`trtspec models train-demo`), acceptance measured by the runtime
+               heads in the artifacts.heads layouts)
+    demo.py    the demo family (`trtspec models train-demo`): its tokenizer and target, then its drafters by
+               drafters.py; acceptance measured by the runtime
 """

@@ -1,12 +1,14 @@
-"""The shipped demo model family: a small Llama target and three drafters, trained on the Python standard
-library in 40-50 minutes on two CPU cores (fixed steps, seed 0). `trtspec models train-demo` drives
-`train_family`.
+"""The shipped demo model family: a small Llama target trained here on the Python standard library, and its
+three drafters trained by `trtspec train` (trtspec.train.drafters), in about 50 minutes on two CPU cores
+(fixed steps, seed 0). `trtspec models train-demo` drives `train_family`; `--target DIR` trains only the
+drafters, against an existing family target (copied byte-identical into the new family).
 
 Layout written by `train_family(out)` (head layouts: trtspec.artifacts.heads)::
 
     out/
       MANIFEST.json        an artifacts.manifest (kind "demo-family"): inputs (the corpus split), outputs
-                           (sha256 + size of every file), seeds, steps, losses, acceptance
+                           (sha256 + size of every file), seeds, steps, losses, each drafter's trainer record
+                           (`trtspec train`'s manifest: recipe, data, budget, losses) and measured acceptance
       target/              LlamaForCausalLM (config.json, model.safetensors, generation_config.json,
                            tokenizer.json, tokenizer_config.json, special_tokens_map.json)
       draft/               a small LlamaForCausalLM distilled from the target, same tokenizer files
@@ -16,19 +18,22 @@ Layout written by `train_family(out)` (head layouts: trtspec.artifacts.heads)::
 All weights are stored in float16. Target and draft are transformers' LlamaForCausalLM, the EAGLE head is
 transformers' LlamaDecoderLayer (train/heads.py); the only Llama trtspec implements itself is the runtime's.
 
-Recipe: the target is trained on next-token CE; one frozen-target pass over a fixed training subset stores
-f_t and the top-k logits; the draft learns KL to the top-k plus a little CE; Medusa head h learns the
-teacher's top-k at position t+1+h (self-distillation); EAGLE learns smooth-L1(f^_{t+1}, f_{t+1}) +
-0.1 * CE(L f^_{t+1}, teacher top-k). Acceptance is measured by the runtime itself (SpecEngine, greedy,
-fixed K) on held-out prompts, against its own plain decoding.
+Recipe: the tokenizer (byte-level BPE) and the target (next-token CE on random windows) are trained here.
+The drafters are `train_drafter("draft-model" | "medusa" | "eagle")` on plain text: the corpus' training
+files in a seeded order, one {"text"} row a file, cut into `seq_len`-token samples (the first `teacher_seqs`
+of them), the draft vocabulary the whole vocabulary; the three share one work dir, so one frozen-target pass
+(features) and one hidden-state pass serve them all. Acceptance is measured by the runtime itself (SpecEngine,
+greedy, fixed K) on held-out corpus snippets, against its own plain decoding.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import platform
+import random
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -38,16 +43,14 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from trtspec.artifacts import heads as layouts
 from trtspec.artifacts import manifest
 from trtspec.artifacts.fs import atomic_dir, read_json, write_json
 from trtspec.artifacts.hf import CONFIG, with_legacy_keys
 from trtspec.errors import ModelError
 from trtspec.train import data
-from trtspec.train.heads import (EagleHead, MedusaHeads, Shape, eagle_loss, forward, llama, lm_loss, medusa_loss,
-                                 n_params, soft_ce)
+from trtspec.train.heads import Shape, forward, llama, lm_loss, n_params
 
-MANIFEST_FORMAT = 2  # 1: the shipped family's (before the common manifest shape; still read)
+MANIFEST_FORMAT = 3  # 2: drafters by demo.py's own recipes; 1: before the common manifest shape (still read)
 
 # A step callback: (phase, step, total_steps, loss or None). The CLI turns it into progress bars.
 Reporter = Callable[[str, int, int, "float | None"], None]
@@ -72,6 +75,8 @@ def file_table(root: Path) -> dict[str, dict]:
 
 @dataclass(frozen=True)
 class Stage:
+    """The target's schedule (demo.py's own loop, `train_lm`)."""
+
     steps: int
     batch: int
     lr: float
@@ -80,17 +85,33 @@ class Stage:
 
 
 @dataclass(frozen=True)
+class DrafterRun:
+    """One drafter's budget in `trtspec train` terms (TrainConfig.steps, .lr, .warmup: warmup then cosine to a
+    tenth, warmup at most a tenth of the steps)."""
+
+    steps: int
+    lr: float
+    warmup: int = 40
+
+
+# family member -> the `trtspec train` kind that makes it
+DRAFTERS = {"draft": "draft-model", "medusa": "medusa", "eagle": "eagle"}
+
+
+@dataclass(frozen=True)
 class FamilyConfig:
     seed: int = 0
-    seq_len: int = 256
+    seq_len: int = 256           # target windows; the drafters' text samples (TrainConfig.text_tokens)
     target: Shape = Shape(n_layer=6, dim=512, n_head=8, n_kv_head=4, ffn=1408)
-    draft: Shape = Shape(n_layer=2, dim=192, n_head=6, n_kv_head=2, ffn=512)
     target_stage: Stage = Stage(steps=1050, batch=16, lr=1.5e-3, warmup=60)
-    draft_stage: Stage = Stage(steps=2000, batch=16, lr=3e-3)
-    medusa_stage: Stage = Stage(steps=500, batch=16, lr=1e-3, weight_decay=0.0)
-    eagle_stage: Stage = Stage(steps=1000, batch=16, lr=1e-3, weight_decay=0.0)
-    teacher_seqs: int = 4096     # sequences of seq_len in the frozen-target pass
-    topk: int = 16
+    draft_layers: int = 2        # the distilled draft: `trtspec train draft-model --layers --hidden`
+    draft_hidden: int = 192
+    draft_run: DrafterRun = DrafterRun(steps=2000, lr=3e-3)
+    medusa_run: DrafterRun = DrafterRun(steps=500, lr=1e-3)
+    eagle_run: DrafterRun = DrafterRun(steps=1000, lr=1e-3)
+    drafter_batch: int = 16      # samples per drafter step (TrainConfig.batch_tokens = drafter_batch * seq_len)
+    teacher_seqs: int = 2048     # text samples of seq_len tokens in the drafters' frozen-target pass
+    topk: int = 32               # the teacher's top-k logits every drafter learns from
     eval_seqs: int = 48          # seq_len windows for train / held-out loss
     accept_prompts: int = 16
     accept_prompt_tokens: int = 64
@@ -106,33 +127,45 @@ class FamilyConfig:
         return cls(
             seed=seed, seq_len=64,
             target=Shape(n_layer=2, dim=64, n_head=4, n_kv_head=2, ffn=128, max_pos=256),
-            draft=Shape(n_layer=1, dim=32, n_head=2, n_kv_head=1, ffn=64, max_pos=256),
             target_stage=Stage(steps=6, batch=8, lr=3e-3, warmup=2),
-            draft_stage=Stage(steps=4, batch=8, lr=3e-3, warmup=2),
-            medusa_stage=Stage(steps=3, batch=8, lr=1e-3, warmup=1, weight_decay=0.0),
-            eagle_stage=Stage(steps=3, batch=8, lr=1e-3, warmup=1, weight_decay=0.0),
-            teacher_seqs=16, topk=8, eval_seqs=4, accept_prompts=2, accept_prompt_tokens=16,
+            draft_layers=1, draft_hidden=32, draft_run=DrafterRun(steps=4, lr=3e-3, warmup=1),
+            medusa_run=DrafterRun(steps=3, lr=1e-3, warmup=1), eagle_run=DrafterRun(steps=3, lr=1e-3, warmup=1),
+            drafter_batch=8, teacher_seqs=16, topk=8, eval_seqs=4, accept_prompts=2, accept_prompt_tokens=16,
             accept_new_tokens=8, max_files=50, max_file_bytes=12_000, quick=True,
         )
 
     def with_counts(self, *, threads: int | None = None, target_steps: int | None = None,
                     target_batch: int | None = None, draft_steps: int | None = None, medusa_steps: int | None = None,
                     eagle_steps: int | None = None, teacher_seqs: int | None = None) -> FamilyConfig:
-        """This recipe with other step counts / sizes (None: keep); warmups shrink to at most a fifth."""
+        """This recipe with other step counts / sizes (None: keep); the target's warmup shrinks to at most a
+        fifth of its steps (the drafter trainer caps its own at a tenth)."""
         given = {"target_steps": target_steps, "target_batch": target_batch, "draft_steps": draft_steps,
                  "medusa_steps": medusa_steps, "eagle_steps": eagle_steps, "teacher_seqs": teacher_seqs,
                  "threads": threads}
         for name, value in given.items():
             if value is not None and value < 1:
                 raise ModelError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-        stages = {"target_stage": replace(self.target_stage, steps=target_steps or self.target_stage.steps,
-                                          batch=target_batch or self.target_stage.batch),
-                  "draft_stage": replace(self.draft_stage, steps=draft_steps or self.draft_stage.steps),
-                  "medusa_stage": replace(self.medusa_stage, steps=medusa_steps or self.medusa_stage.steps),
-                  "eagle_stage": replace(self.eagle_stage, steps=eagle_steps or self.eagle_stage.steps)}
-        stages = {k: replace(st, warmup=min(st.warmup, max(1, st.steps // 5))) for k, st in stages.items()}
-        return replace(self, **stages, teacher_seqs=teacher_seqs or self.teacher_seqs,
-                       threads=threads or self.threads)
+        st = replace(self.target_stage, steps=target_steps or self.target_stage.steps,
+                     batch=target_batch or self.target_stage.batch)
+        return replace(self, target_stage=replace(st, warmup=min(st.warmup, max(1, st.steps // 5))),
+                       draft_run=replace(self.draft_run, steps=draft_steps or self.draft_run.steps),
+                       medusa_run=replace(self.medusa_run, steps=medusa_steps or self.medusa_run.steps),
+                       eagle_run=replace(self.eagle_run, steps=eagle_steps or self.eagle_run.steps),
+                       teacher_seqs=teacher_seqs or self.teacher_seqs, threads=threads or self.threads)
+
+    def drafter_config(self, member: str, text: Path, vocab: int):
+        """The `trtspec train` config of family member `member` ("draft", "medusa", "eagle") on the plain-text
+        file `text`: the whole vocabulary as the draft vocabulary (the demo's is small: no position is left
+        out, and Medusa's lm_head rows are all trained), no held-out measurement of its own (the family's
+        below), this family's seed."""
+        from trtspec.train.drafters import TrainConfig
+
+        run = {"draft": self.draft_run, "medusa": self.medusa_run, "eagle": self.eagle_run}[member]
+        return TrainConfig(data=str(text), samples=self.teacher_seqs, text_tokens=self.seq_len, draft_vocab=vocab,
+                           topk=self.topk, steps=run.steps, lr=run.lr, warmup=run.warmup,
+                           batch_tokens=self.drafter_batch * self.seq_len, seed=self.seed, device="cpu",
+                           eval_prompts=0, medusa_heads=4, noise=0.1, draft_layers=self.draft_layers,
+                           draft_hidden=self.draft_hidden)
 
 
 # --------------------------------------------------------------------------------------------
@@ -190,89 +223,8 @@ def train_lm(model, stream: Tensor, stage: Stage, seq_len: int, gen: torch.Gener
     return _fit(phase, list(model.parameters()), stage, loss_fn, report)
 
 
-@dataclass
-class TeacherPass:
-    """The frozen target's outputs on a fixed training subset (computed once).
-
-    ids [N, T+1] (position T is only a label), feats [N, T, H] fp16 = f_t,
-    top_logits / top_ids [N, T, k] = the target's top-k logits at each position (predicting t+1)."""
-
-    ids: Tensor
-    feats: Tensor
-    top_logits: Tensor
-    top_ids: Tensor
-    wall_s: float = 0.0
-
-    def batch(self, n: int, gen: torch.Generator) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        rows = torch.randint(0, len(self.ids), (n,), generator=gen)
-        return self.ids[rows], self.feats[rows].float(), self.top_logits[rows], self.top_ids[rows]
-
-
-@torch.no_grad()
-def teacher_pass(target, stream: Tensor, n_seqs: int, seq_len: int, k: int, gen: torch.Generator,
-                 report: Reporter, chunk: int = 16) -> TeacherPass:
-    t0 = time.perf_counter()
-    n_slots = (len(stream) - 1) // (seq_len + 1)
-    n_seqs = min(n_seqs, n_slots)
-    slots = torch.randperm(n_slots, generator=gen)[:n_seqs].sort().values
-    ids = data.windows(stream, slots * (seq_len + 1), seq_len + 1)
-    feats = torch.empty(n_seqs, seq_len, target.config.hidden_size, dtype=torch.float16)
-    top_logits = torch.empty(n_seqs, seq_len, k, dtype=torch.float16)
-    top_ids = torch.empty(n_seqs, seq_len, k, dtype=torch.int16)
-    target.eval()
-    for i in range(0, n_seqs, chunk):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            logits, f = forward(target, ids[i: i + chunk, :-1])
-        vals, idx = logits.float().topk(k, dim=-1)
-        feats[i: i + chunk] = f.to(torch.float16)
-        top_logits[i: i + chunk] = vals.to(torch.float16)
-        top_ids[i: i + chunk] = idx.to(torch.int16)
-        report("teacher", min(i + chunk, n_seqs), n_seqs, None)
-    return TeacherPass(ids, feats, top_logits, top_ids, time.perf_counter() - t0)
-
-
-def train_draft(draft, tp: TeacherPass, stage: Stage, gen: torch.Generator, report: Reporter,
-                ce_weight: float = 0.1) -> tuple[float, float]:
-    def loss_fn(step: int) -> Tensor:
-        ids, _, top_logits, top_ids = tp.batch(stage.batch, gen)
-        logits, _ = forward(draft, ids[:, :-1])
-        return soft_ce(logits, top_logits, top_ids) + ce_weight * lm_loss(logits, ids[:, 1:])
-
-    draft.train()
-    return _fit("draft", list(draft.parameters()), stage, loss_fn, report)
-
-
-def train_medusa(heads: MedusaHeads, tp: TeacherPass, stage: Stage, gen: torch.Generator,
-                 report: Reporter) -> tuple[float, float]:
-    def loss_fn(step: int) -> Tensor:
-        ids, f, top_logits, top_ids = tp.batch(stage.batch, gen)
-        return medusa_loss(heads, f, ids, top_logits, top_ids)
-
-    heads.train()
-    return _fit("medusa", list(heads.parameters()), stage, loss_fn, report)
-
-
-def train_eagle(head: EagleHead, target, tp: TeacherPass, stage: Stage, gen: torch.Generator,
-                report: Reporter, noise: float = 0.1) -> tuple[float, float]:
-    """Inputs E[x_{t+1}] and f_t with uniform noise (EAGLE-1 recipe). E and L stay frozen."""
-    embed, lm_head = target.model.embed_tokens, target.lm_head
-
-    def loss_fn(step: int) -> Tensor:
-        ids, f, top_logits, top_ids = tp.batch(stage.batch, gen)
-        f_in = f[:, :-1] + (torch.rand(f[:, :-1].shape, generator=gen) - 0.5) * 2 * noise
-        with torch.no_grad():
-            e = embed(ids[:, 1:-1])
-        pred = head(e, f_in)
-        return eagle_loss(pred, f[:, 1:], lm_head(pred), top_logits[:, 1:], top_ids[:, 1:])
-
-    for p in target.parameters():
-        p.requires_grad_(False)
-    head.train()
-    return _fit("eagle", list(head.parameters()), stage, loss_fn, report)
-
-
 # --------------------------------------------------------------------------------------------
-# Measurement: losses, teacher-forced agreement, and acceptance through the runtime
+# Measurement: losses, and acceptance through the runtime
 # --------------------------------------------------------------------------------------------
 
 
@@ -285,43 +237,6 @@ def heldout_loss(model, windows: Tensor, chunk: int = 8) -> float:
         total += lm_loss(forward(model, w[:, :-1])[0], w[:, 1:], reduction="sum").item()
         count += w[:, 1:].numel()
     return total / count
-
-
-@torch.no_grad()
-def draft_agreement(target, draft, windows: Tensor) -> float:
-    """Teacher-forced α: how often argmax draft == argmax target at the same position."""
-    tl, _ = forward(target, windows[:, :-1])
-    dl, _ = forward(draft, windows[:, :-1])
-    return (tl.argmax(-1) == dl.argmax(-1)).float().mean().item()
-
-
-@torch.no_grad()
-def medusa_eval(target, heads: MedusaHeads, windows: Tensor) -> dict:
-    """Per head: top-1 agreement with the target's greedy token at t+1+h, and CE on x_{t+2+h}."""
-    tl, f = forward(target, windows[:, :-1])
-    greedy = tl.argmax(-1)
-    logits = heads(f)
-    T = f.shape[1]
-    top1, ce = [], []
-    for h in range(len(heads.heads)):
-        valid = T - 1 - h
-        lh = logits[h, :, :valid]
-        top1.append((lh.argmax(-1) == greedy[:, 1 + h:]).float().mean().item())
-        ce.append(lm_loss(lh, windows[:, 2 + h: 2 + h + valid]).item())
-    return {"top1": top1, "heldout_ce": ce}
-
-
-@torch.no_grad()
-def eagle_eval(target, head: EagleHead, windows: Tensor) -> dict:
-    """Teacher-forced: top-1 of L f^_{t+1} vs the target's greedy token at t+1; CE on x_{t+2}."""
-    tl, f = forward(target, windows[:, :-1])
-    pred = head(target.model.embed_tokens(windows[:, 1:-1]), f[:, :-1])
-    logits = target.lm_head(pred)
-    return {
-        "top1": (logits.argmax(-1) == tl[:, 1:].argmax(-1)).float().mean().item(),
-        "heldout_ce": lm_loss(logits, windows[:, 2:]).item(),
-        "feature_smooth_l1": torch.nn.functional.smooth_l1_loss(pred, f[:, 1:]).item(),
-    }
 
 
 @contextlib.contextmanager
@@ -393,10 +308,6 @@ def _fp16_roundtrip(m: nn.Module) -> None:
             p.copy_(p.to(torch.float16).float())
 
 
-def _fp16(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
-    return {k: v.detach().to(torch.float16) for k, v in tensors.items()}
-
-
 def save_llama(model, shape: Shape, out: Path, tokenizer_dir: Path) -> None:
     """A transformers LlamaForCausalLM checkpoint (safetensors) in float16 plus the shared tokenizer files."""
     from transformers import GenerationConfig
@@ -410,18 +321,6 @@ def save_llama(model, shape: Shape, out: Path, tokenizer_dir: Path) -> None:
         shutil.copyfile(tokenizer_dir / name, out / name)
 
 
-def save_medusa(heads: MedusaHeads, s: Shape, out: Path) -> None:
-    layouts.write_medusa(out, _fp16(heads.layout_tensors()), hidden_size=s.dim, vocab_size=s.vocab, num_layers=1,
-                         base_model_name_or_path="../target")
-
-
-def save_eagle(head: EagleHead, s: Shape, out: Path) -> None:
-    layer = replace(s, n_layer=1)
-    cfg = {**layer.hf_config("float16").to_diff_dict(), "eagle": True, "base_model_name_or_path": "../target",
-           "bias": True}  # bias: fc has one (EAGLE-1)
-    layouts.write_eagle(out, _fp16(head.state_dict()), with_legacy_keys(cfg, layer.model_config("float16")))
-
-
 # --------------------------------------------------------------------------------------------
 # The whole family
 # --------------------------------------------------------------------------------------------
@@ -432,122 +331,160 @@ def _r(x: float) -> float:
 
 
 def train_family(out: str | Path, cfg: FamilyConfig = FamilyConfig(), report: Reporter = _silent,
-                 force: bool = False, log: Callable[[str], None] = lambda s: None) -> dict:
-    """Train tokenizer, target, draft, Medusa and EAGLE heads; write them atomically to `out`.
+                 force: bool = False, log: Callable[[str], None] = lambda s: None,
+                 target: str | Path | None = None) -> dict:
+    """Train tokenizer, target, draft, Medusa and EAGLE heads; write them atomically to `out`. With `target`
+    (an existing family's target dir) train only the drafters against it: it is copied into `out` as it is,
+    its tokenizer kept.
 
     Training happens in a temporary directory next to `out`, which replaces it at the end (artifacts.fs
-    .atomic_dir); an existing non-empty `out` is replaced only with force=True. Returns the manifest."""
+    .atomic_dir; the drafters' work dir lives inside it and goes with it); an existing non-empty `out` is
+    replaced only with force=True. Returns the manifest."""
     out = Path(out).resolve()
     if out.exists() and not out.is_dir():
         raise ModelError(f"{out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise ModelError(f"{out} is not empty", hint="pass --force to replace it")
+    source = _family_target(Path(target)) if target is not None else None
     torch.set_num_threads(cfg.threads)
     t_start = time.perf_counter()
     with atomic_dir(out) as tmp:
-        inputs, fields = _train_into(tmp, cfg, report, log)
+        inputs, fields = _train_into(tmp, cfg, report, log, source)
         record = manifest.new(manifest.DEMO, MANIFEST_FORMAT, inputs=inputs, outputs=file_table(tmp), **fields,
                               wall_s_total=round(time.perf_counter() - t_start, 1))
         manifest.write(tmp / manifest.FILE_NAMES[manifest.DEMO], record)
     return record
 
 
-def _train_into(root: Path, cfg: FamilyConfig, report: Reporter, log: Callable[[str], None]) -> tuple[dict, dict]:
+def _family_target(src: Path) -> Path:
+    """`--target DIR`: a family target (a Llama checkpoint with the family's tokenizer files), resolved."""
+    src = src.resolve()
+    missing = [n for n in (CONFIG, "model.safetensors", *data.TOKENIZER_FILES) if not (src / n).is_file()]
+    if not src.is_dir() or missing:
+        raise ModelError(f"--target {src} is not a demo-family target (missing: {', '.join(missing) or 'the dir'})",
+                         hint="give the target/ dir of a family written by `trtspec models train-demo`")
+    return src
+
+
+def _reused_target(src: Path, dst: Path) -> dict:
+    """Copy a family target into `dst` byte for byte; its MANIFEST entry is the source family's when that
+    family's manifest records exactly these files, else only where it came from."""
+    dst.mkdir()
+    for f in sorted(src.iterdir()):
+        if f.is_file():
+            shutil.copyfile(f, dst / f.name)
+    entry: dict = {"path": "target", "reused_from": str(src)}
+    family = manifest.read(src.parent / manifest.FILE_NAMES[manifest.DEMO], manifest.DEMO)
+    mine = {f"target/{rel}": e for rel, e in manifest.file_table(dst).items()}
+    if family is not None and {k: v for k, v in family["outputs"].items() if k.startswith("target/")} == mine:
+        entry.update({k: v for k, v in family["models"]["target"].items() if k not in ("path", "loss")})
+    return entry
+
+
+def _corpus_text(path: Path, texts: Sequence[str], seed: int) -> Path:
+    """The drafters' data: the training files in a seeded order, one {"text"} row a file (the trainer cuts
+    the stream into samples and takes the first `teacher_seqs`: a random subset of whole files)."""
+    order = list(range(len(texts)))
+    random.Random(seed).shuffle(order)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for i in order:
+            f.write(json.dumps({"text": texts[i]}) + "\n")
+    return path
+
+
+def _trainer_record(m: dict, text: Path) -> dict:
+    """A drafter's trtspec.train.json as the family's MANIFEST keeps it: not its outputs (the family's table
+    has them) nor its held-out note (the family measures on its own held-out snippets); paths the family's."""
+    rec = {k: v for k, v in m.items() if k not in ("outputs", "versions", "created", "acceptance")}
+    rec["inputs"] = {"target": {**m["inputs"]["target"], "path": "target"},
+                     "data": {**m["inputs"]["data"], "source": text.name}}
+    rec["recipe"] = {**m["recipe"], "data": text.name}
+    return rec
+
+
+def _as_phase(report: Reporter, name: str) -> Reporter:
+    """The trainer's "train" steps reported as the member's own phase (one progress bar each)."""
+    return lambda phase, *a: report(name if phase == "train" else phase, *a)
+
+
+def _load_llama(path: Path):
+    from transformers import LlamaForCausalLM
+
+    return LlamaForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+
+
+def _train_into(root: Path, cfg: FamilyConfig, report: Reporter, log: Callable[[str], None],
+                source: Path | None = None) -> tuple[dict, dict]:
     """Train and write the family into `root`; returns (the manifest's inputs, its kind-specific fields)."""
+    from trtspec.artifacts.tokenizer import load_tokenizer_json
+    from trtspec.train.drafters import train_drafter
+
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     T = cfg.seq_len
 
-    # -- corpus + tokenizer
+    # -- corpus + tokenizer (a reused target brings its own)
     corpus = data.stdlib_corpus(max_files=cfg.max_files, max_file_bytes=cfg.max_file_bytes)
     train_texts = [corpus.read(f) for f in corpus.train_files]
     held_texts = [corpus.read(f) for f in corpus.heldout_files]
-    tok = data.train_tokenizer(train_texts)
-    tok_dir = root / ".tokenizer"
-    data.save_tokenizer(tok, tok_dir)
+    models: dict[str, dict] = {}
+    if source is None:
+        tok = data.train_tokenizer(train_texts)
+        tok_dir = root / ".tokenizer"
+        data.save_tokenizer(tok, tok_dir)
+    else:
+        models["target"] = _reused_target(source, root / "target")
+        tok = load_tokenizer_json(root / "target")
+        log(f"target: reused {source}")
     train_stream, held_stream = data.encode_files(tok, train_texts), data.encode_files(tok, held_texts)
     log(f"corpus: {len(corpus.train_files)} train files ({len(train_stream):,} tokens), "
         f"{len(corpus.heldout_files)} held out ({len(held_stream):,} tokens)")
     train_eval = data.eval_windows(train_stream, cfg.eval_seqs, T)
     held_eval = data.eval_windows(held_stream, cfg.eval_seqs, T)
-    models: dict[str, dict] = {}
 
     # -- target
-    target = llama(cfg.target)
-    last, wall = train_lm(target, train_stream, cfg.target_stage, T, gen, report)
-    _fp16_roundtrip(target)
-    save_llama(target, cfg.target, root / "target", tok_dir)
-    models["target"] = {
-        "path": "target", "params": n_params(target), "shape": asdict(cfg.target),
-        "train": {**asdict(cfg.target_stage), "seq_len": T, "wall_s": round(wall, 1),
-                  "tokens_seen": cfg.target_stage.steps * cfg.target_stage.batch * T,
-                  "final_train_loss_ema": _r(last)},
-        "loss": {"train": _r(heldout_loss(target, train_eval)), "heldout": _r(heldout_loss(target, held_eval))},
-    }
-    log(f"target: {models['target']['loss']} in {wall:.0f}s")
-    target.eval()
-    for p in target.parameters():
-        p.requires_grad_(False)
+    if source is None:
+        target = llama(cfg.target)
+        last, wall = train_lm(target, train_stream, cfg.target_stage, T, gen, report)
+        _fp16_roundtrip(target)
+        save_llama(target, cfg.target, root / "target", tok_dir)
+        shutil.rmtree(tok_dir)
+        models["target"] = {
+            "path": "target", "params": n_params(target), "shape": asdict(cfg.target),
+            "train": {**asdict(cfg.target_stage), "seq_len": T, "wall_s": round(wall, 1),
+                      "tokens_seen": cfg.target_stage.steps * cfg.target_stage.batch * T,
+                      "final_train_loss_ema": _r(last)}}
+    else:
+        target = _load_llama(root / "target")
+        models["target"].setdefault("params", n_params(target))
+    models["target"]["loss"] = {"train": _r(heldout_loss(target, train_eval)),
+                                "heldout": _r(heldout_loss(target, held_eval))}
+    log(f"target: {models['target']['loss']}")
+    del target
 
-    # -- one frozen-target pass shared by draft, Medusa and EAGLE
-    tp = teacher_pass(target, train_stream, cfg.teacher_seqs, T, cfg.topk, gen, report)
-    teacher_info = {"sequences": len(tp.ids), "seq_len": T, "topk": cfg.topk, "wall_s": round(tp.wall_s, 1),
-                    "stored": "f_t (fp16) and top-k logits of the fp16-rounded target, bf16 autocast"}
-    log(f"teacher pass: {len(tp.ids)} x {T} tokens in {tp.wall_s:.0f}s")
+    # -- the drafters: `trtspec train` on the corpus' training text, one work dir (one teacher pass) for all
+    work = root / ".work"
+    text = _corpus_text(work / "corpus.jsonl", train_texts, cfg.seed)
+    vocab = tok.get_vocab_size()
+    for name, kind in DRAFTERS.items():
+        m = train_drafter(kind, root / "target", root / name, cfg.drafter_config(name, text, vocab), work=work,
+                          report=_as_phase(report, name), log=log, target_name="../target")
+        (root / name / manifest.FILE_NAMES[manifest.TRAIN]).unlink()  # the family's MANIFEST records it
+        models[name] = {"path": name, "params": m["params"], "trainer": _trainer_record(m, text)}
+        log(f"{name}: {m['budget']['steps_done']} steps in {m['budget']['wall_s']['train']:.0f}s")
+    teacher_info = {"sequences": m["inputs"]["data"]["samples"], "seq_len": T, "topk": cfg.topk,
+                    "tokens": m["inputs"]["data"]["tokens"], "draft_vocab_size": m["draft_vocab_size"],
+                    "wall_s": {k: round(float(v), 1) for k, v in m["budget"]["wall_s"].items()
+                               if k in ("data", "features", "hidden")},
+                    "stored": "the target's top-k logits (fp16) and final hidden states, by trtspec train"}
+    shutil.rmtree(work)
+    draft = _load_llama(root / "draft")
+    models["draft"]["loss"] = {"train": _r(heldout_loss(draft, train_eval)), "heldout": _r(heldout_loss(draft, held_eval))}
+    del draft
 
-    # -- draft
-    draft = llama(cfg.draft)
-    last, wall = train_draft(draft, tp, cfg.draft_stage, gen, report)
-    _fp16_roundtrip(draft)
-    save_llama(draft, cfg.draft, root / "draft", tok_dir)
-    models["draft"] = {
-        "path": "draft", "params": n_params(draft), "shape": asdict(cfg.draft),
-        "train": {**asdict(cfg.draft_stage), "seq_len": T, "wall_s": round(wall, 1),
-                  "teacher_topk": cfg.topk, "final_train_loss_ema": _r(last)},
-        "loss": {"train": _r(heldout_loss(draft, train_eval)), "heldout": _r(heldout_loss(draft, held_eval))},
-    }
-    draft.eval()
-    log(f"draft: {models['draft']['loss']} in {wall:.0f}s")
-
-    # -- Medusa
-    medusa = MedusaHeads(cfg.target.dim, cfg.target.vocab)
-    with torch.no_grad():
-        for head in medusa.heads:
-            head[1].weight.copy_(target.lm_head.weight)
-    last, wall = train_medusa(medusa, tp, cfg.medusa_stage, gen, report)
-    _fp16_roundtrip(medusa)
-    save_medusa(medusa, cfg.target, root / "medusa")
-    medusa.eval()
-    models["medusa"] = {
-        "path": "medusa", "params": n_params(medusa), "num_heads": len(medusa.heads),
-        "train": {**asdict(cfg.medusa_stage), "wall_s": round(wall, 1), "final_train_loss_ema": _r(last)},
-    }
-    log(f"medusa: trained in {wall:.0f}s")
-
-    # -- EAGLE
-    eagle = EagleHead(cfg.target)
-    last, wall = train_eagle(eagle, target, tp, cfg.eagle_stage, gen, report)
-    _fp16_roundtrip(eagle)
-    save_eagle(eagle, cfg.target, root / "eagle")
-    eagle.eval()
-    models["eagle"] = {
-        "path": "eagle", "params": n_params(eagle), "train": {**asdict(cfg.eagle_stage), "wall_s": round(wall, 1),
-                                                          "final_train_loss_ema": _r(last)},
-    }
-    log(f"eagle: trained in {wall:.0f}s")
-    del tp
-
-    # -- measurement (fp32 compute on the fp16-rounded weights)
+    # -- measurement (fp32 compute on the fp16 weights)
     t0 = time.perf_counter()
-    with torch.no_grad():
-        agree_windows = held_eval[: max(1, cfg.eval_seqs // 2)]
-        models["draft"]["alpha_teacher_forced"] = _r(draft_agreement(target, draft, agree_windows))
-        med = medusa_eval(target, medusa, agree_windows)
-        models["medusa"]["head_top1"] = [_r(x) for x in med["top1"]]
-        models["medusa"]["heldout_ce"] = [_r(x) for x in med["heldout_ce"]]
-        eag = eagle_eval(target, eagle, agree_windows)
-        models["eagle"].update({k: _r(v) for k, v in eag.items()})
-    shutil.rmtree(tok_dir)
     prompt_texts = data.snippets(tok, corpus.root, corpus.heldout_files, cfg.accept_prompts,
                                  cfg.accept_prompt_tokens, cfg.seed)
     prompts = [tok.encode(p).ids for p in prompt_texts]
@@ -565,12 +502,15 @@ def _train_into(root: Path, cfg: FamilyConfig, report: Reporter, log: Callable[[
         "train_files": len(corpus.train_files), "train_tokens": len(train_stream),
         "heldout_tokens": len(held_stream), "heldout_files": list(corpus.heldout_files),
     }}
+    if source is not None:
+        inputs["target"] = {"path": str(source), "family_manifest_matches": "train" in models["target"]}
+    flags = (" --quick" if cfg.quick else "") + (" --target" if source is not None else "")
     return inputs, {
-        "created_by": "trtspec models train-demo" + (" --quick" if cfg.quick else ""),
+        "created_by": "trtspec models train-demo" + flags,
         "seed": cfg.seed,
         "config": asdict(cfg),
         "machine": {"cpus": os.cpu_count(), "threads": cfg.threads, "platform": platform.platform()},
-        "tokenizer": {"type": "byte-level BPE", "vocab_size": tok.get_vocab_size(), "special_tokens": [data.EOT],
+        "tokenizer": {"type": "byte-level BPE", "vocab_size": vocab, "special_tokens": [data.EOT],
                       "bos_eos_pad": data.EOT, "files": list(data.TOKENIZER_FILES)},
         "teacher_pass": teacher_info,
         "measurement": {
@@ -578,10 +518,8 @@ def _train_into(root: Path, cfg: FamilyConfig, report: Reporter, log: Callable[[
                     "stop), fp32 compute on the fp16 weights",
             "prompts": len(prompts), "prompt_tokens": cfg.accept_prompt_tokens, "new_tokens": n_new,
             "prompt_source": "heldout_prompts(n, prompt_tokens, seed)",
-            "alpha": "teacher-forced argmax agreement on held-out windows",
             "tau": "new tokens / target forwards (prefill counted)",
             "acceptance_rate": "accepted drafted tokens / drafted tokens",
-            "medusa_head_top1": "head h at t vs the target's greedy token at t+1+h, teacher-forced",
             "chain": "medusa/eagle candidate = [target's next token, K head guesses]",
         },
         "models": models,

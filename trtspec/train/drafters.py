@@ -34,9 +34,9 @@ work dir (so a killed run resumes where it stopped, `--resume`):
                 K-token chain and a tree, tokens per verify step, acceptance rate, identity with plain.
 
 Work dir: .trtspec/train/<out name>/ (gitignored); pass the same --work (and --draft-vocab) to train another
-kind on an existing run's data and features. `trtspec models train-demo` keeps the demo family's own recipe
-(train/demo.py: fixed windows of a plain-text corpus, its own target trained first); both share the runtime's
-acceptance measurement.
+kind on an existing run's data and features. `trtspec models train-demo` is one use of it (train/demo.py:
+it trains its own target first, then its draft-model, Medusa and EAGLE-1 drafters here, on plain text of its
+corpus' training split).
 """
 
 from __future__ import annotations
@@ -611,8 +611,11 @@ def _copy_tokenizer(target: Path, out: Path) -> None:
             shutil.copyfile(Path(target) / name, Path(out) / name)
 
 
-def _build(kind: str, target: Path, tcfg: ModelConfig, cfg: TrainConfig, feats: dict[str, torch.Tensor]):
-    """(module to train, its loss, a writer of its layout into a dir, its layout's architecture)."""
+def _build(kind: str, target: Path, tcfg: ModelConfig, cfg: TrainConfig, feats: dict[str, torch.Tensor],
+           target_name: str | None = None):
+    """(module to train, its loss, a writer of its layout into a dir, its layout's architecture).
+    target_name: the base_model_name_or_path the head configs record (default: the target path as given)."""
+    base = target_name or str(target)
     from trtspec.train.heads import EagleHead, VocabMedusa
 
     used = feats["used"].to(cfg.device)
@@ -638,7 +641,7 @@ def _build(kind: str, target: Path, tcfg: ModelConfig, cfg: TrainConfig, feats: 
         def write(d: Path) -> None:
             layouts.write_medusa(d, {k: v.half().cpu() for k, v in heads.layout_tensors(lm, feats["used"]).items()},
                                  hidden_size=tcfg.hidden_size, vocab_size=tcfg.vocab_size, num_layers=1,
-                                 base_model_name_or_path=str(target))
+                                 base_model_name_or_path=base)
         return heads, lambda m, b, step: medusa_loss(m, b), write, "MedusaHeads"
     if kind == "eagle":
         layer = dataclasses.replace(head_config(tcfg, cfg), architectures=("LlamaForCausalLM",), model_type="llama",
@@ -652,7 +655,7 @@ def _build(kind: str, target: Path, tcfg: ModelConfig, cfg: TrainConfig, feats: 
             return eagle1_loss(m, lm_used, embed, b, cfg.noise, gen)
 
         def write(d: Path) -> None:
-            raw = {**layer.to_hf_dict(), "eagle": True, "bias": True, "base_model_name_or_path": str(target)}
+            raw = {**layer.to_hf_dict(), "eagle": True, "bias": True, "base_model_name_or_path": base}
             from trtspec.artifacts.hf import with_legacy_keys
             layouts.write_eagle(d, {k: v.detach().half().cpu() for k, v in head.state_dict().items()},
                                 with_legacy_keys(raw, layer))
@@ -689,10 +692,11 @@ def train_eagle3(target: Path, out: Path, cfg: TrainConfig, **kw) -> dict[str, A
 
 def train_drafter(kind: str, target: Path, out: Path, cfg: TrainConfig, *, resume: bool = False,
                   work: Path | None = None, report: Reporter = _silent, log: Callable[[str], None] = lambda s: None,
-                  until: str | None = None) -> dict[str, Any] | None:
+                  until: str | None = None, target_name: str | None = None) -> dict[str, Any] | None:
     """Train a `kind` drafter for the checkpoint `target` into `out` (replaced atomically); returns its
     manifest. `until` = "data" | "features": stop after that stage (cached in the work dir; None returned),
-    so that a shared machine can run the stages as separate bounded jobs."""
+    so that a shared machine can run the stages as separate bounded jobs. `target_name`: how the heads'
+    configs name the target (base_model_name_or_path; the demo family's say "../target", its sibling)."""
     from trtspec.artifacts.tokenizer import load_tokenizer
 
     if kind not in KINDS:
@@ -719,7 +723,7 @@ def train_drafter(kind: str, target: Path, out: Path, cfg: TrainConfig, *, resum
         feats["hidden"], wall["hidden"] = make_hidden(work, target, cfg, data, report, log)
     if until == "features":
         return None
-    module, loss_fn, write, architecture = _build(kind, target, tcfg, cfg, feats)
+    module, loss_fn, write, architecture = _build(kind, target, tcfg, cfg, feats, target_name)
     key = digest({"data": data["sha256"], "aux": list(aux), "vocab": len(feats["used"]), "recipe": cfg.recipe(kind),
                   **({"kind": kind} if kind != "eagle3" else {})})
     record = train_head(work, module, feats, cfg, key, resume, report, log, loss_fn,

@@ -1,5 +1,6 @@
-"""Trainable modules and losses: transformers' Llama as the language model, Medusa and EAGLE-1 heads in the
-layouts of trtspec.artifacts.heads (whose docstring has their equations), and the distillation losses.
+"""Trainable modules: transformers' Llama as the language model, Medusa and EAGLE-1 heads in the layouts of
+trtspec.artifacts.heads (whose docstring has their equations); their losses are the drafter trainer's
+(train/drafters.py).
 
 Notation (one sequence, positions t = 0..T-1): x_t token ids, E = target.model.embed_tokens.weight [V, H],
 L = target.lm_head.weight [V, H], f_t the target's final hidden state AFTER the final RMSNorm (the input of
@@ -64,35 +65,6 @@ def forward(model, ids: Tensor) -> tuple[Tensor, Tensor]:
 
 def n_params(m: nn.Module) -> int:
     return sum(p.numel() for p in m.parameters())
-
-
-class MedusaHeads(nn.Module):
-    """Head h: logits_h = L_h (f + silu(W_h f + b_h)); predicts the token 2 + h positions ahead."""
-
-    def __init__(self, dim: int, vocab: int, n_heads: int = 4):
-        super().__init__()
-        self.heads = nn.ModuleList(
-            nn.Sequential(nn.Linear(dim, dim), nn.Linear(dim, vocab, bias=False)) for _ in range(n_heads)
-        )
-        for head in self.heads:
-            nn.init.zeros_(head[0].weight)  # start as the identity map: x = f + silu(b)
-
-    def head(self, h: int, f: Tensor) -> Tensor:
-        head = self.heads[h]
-        return head[1](f + F.silu(head[0](f)))
-
-    def forward(self, f: Tensor) -> Tensor:
-        """f [..., H] -> logits [n_heads, ..., V]."""
-        return torch.stack([self.head(h, f) for h in range(len(self.heads))])
-
-    def layout_tensors(self) -> dict[str, Tensor]:
-        """The tensors in the Medusa layout (artifacts.heads.write_medusa)."""
-        sd = {}
-        for h, head in enumerate(self.heads):
-            sd[f"{h}.0.linear.weight"] = head[0].weight
-            sd[f"{h}.0.linear.bias"] = head[0].bias
-            sd[f"{h}.1.weight"] = head[1].weight
-        return sd
 
 
 class VocabMedusa(nn.Module):
@@ -162,37 +134,9 @@ class EagleHead(nn.Module):
         return x
 
 
-# ---------------------------------------------------------------------------------------------- losses
+# ------------------------------------------------------------------------------------------ the LM loss
 
 
 def lm_loss(logits: Tensor, labels: Tensor, reduction: str = "mean") -> Tensor:
     """Next-token cross-entropy; logits [B, T, V], labels [B, T]."""
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction=reduction)
-
-
-def soft_ce(logits: Tensor, top_logits: Tensor, top_ids: Tensor) -> Tensor:
-    """Cross-entropy of the student against the teacher's renormalised top-k distribution
-    (= KL up to the teacher's entropy)."""
-    p = torch.softmax(top_logits.float(), dim=-1)
-    logq = torch.log_softmax(logits.float(), dim=-1).gather(-1, top_ids.long())
-    return -(p * logq).sum(-1).mean()
-
-
-def medusa_loss(heads: MedusaHeads, f: Tensor, ids: Tensor, top_logits: Tensor, top_ids: Tensor,
-                ce_weight: float = 0.1) -> Tensor:
-    """Head h at position t learns the teacher's top-k at t+1+h (which predicts x_{t+2+h}), plus a little CE
-    on x_{t+2+h}; later heads weigh 0.8^h."""
-    T = f.shape[1]
-    total = torch.zeros(())
-    for h in range(len(heads.heads)):
-        valid = T - 1 - h  # positions t = 0..T-2-h have a teacher row at t+1+h
-        logits = heads.head(h, f[:, :valid])
-        kd = soft_ce(logits, top_logits[:, 1 + h:], top_ids[:, 1 + h:])
-        total = total + (kd + ce_weight * lm_loss(logits, ids[:, 2 + h: 2 + h + valid])) * (0.8 ** h)
-    return total / len(heads.heads)
-
-
-def eagle_loss(pred: Tensor, f_next: Tensor, logits: Tensor, top_logits: Tensor, top_ids: Tensor,
-               logit_weight: float = 0.1) -> Tensor:
-    """smooth-L1(f^_{t+1}, f_{t+1}) + 0.1 * soft-CE(L f^_{t+1}, teacher top-k at t+1) (EAGLE-1 recipe)."""
-    return F.smooth_l1_loss(pred.float(), f_next) + logit_weight * soft_ce(logits, top_logits, top_ids)

@@ -95,3 +95,38 @@ def test_generate_cli_passes_tls_and_headers(made, tmp_path):
     assert result.exit_code != 0  # (the stand-in client stops the request)
     bad = CliRunner().invoke(main, ["generate", "--url", "h:1", "-H", "nope", "-p", "hi"])
     assert bad.exit_code == ClientError.exit_code and bad.output.startswith("error: bad header 'nope'")
+
+
+def test_a_request_answered_with_an_error_is_not_cancelled_when_the_stream_closes(monkeypatch):
+    """Regression: the error is the request's final response, so closing the stream must not cancel it (cancelling
+    a finished ensemble request leaks it in Triton 2.51: the ensemble then never unloads and the server hangs at
+    exit; seen after drain-deadline cuts, whose clients cancelled the request they had just got the error for)."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    stopped: list[bool] = []
+
+    class Client:
+        def __init__(self, url, **kwargs):
+            pass
+
+        def is_server_live(self, **kwargs):
+            return True
+
+        def start_stream(self, callback):
+            self.callback = callback
+
+        def async_stream_infer(self, *args, **kwargs):
+            self.callback(result=None, error=InferenceServerException("generation cut after 3 tokens: the server "
+                                                                       "is shutting down (drain deadline reached)"))
+
+        def stop_stream(self, cancel_requests=False):
+            stopped.append(cancel_requests)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(grpcclient, "InferenceServerClient", Client)
+    with pytest.raises(ClientError, match="shutting down"):
+        generate_remote("127.0.0.1:1", "hello", max_tokens=4)
+    assert stopped == [False]

@@ -402,3 +402,48 @@ def test_postprocessing_refuses_empty_ids(postprocessing, shape):
     """Legal for TOKENS_BATCH's dims [-1, -1], but no first beam / id to read: a client error, not IndexError."""
     with pytest.raises(serving.RequestError, match="TOKENS_BATCH"):
         postprocessing._response(Request({"TOKENS_BATCH": np.zeros(shape, np.int32)}))
+
+
+class _Sender:
+    def __init__(self):
+        self.sent: list[tuple] = []
+
+    def is_cancelled(self) -> bool:
+        return False
+
+    def send(self, response=None, flags=0):
+        self.sent.append((response, flags))
+
+
+@pytest.mark.parametrize("in_band", [True, False])
+def test_a_cut_stream_ends_in_band_inside_the_ensemble_and_postprocessing_raises_its_error(tiny, postprocessing,
+                                                                                           in_band):
+    """Regression: Triton 2.51's ensemble never released a request whose decoupled generation step failed while
+    postprocessing still ran an earlier response of it (ensemble + postprocessing then never unloaded; the server
+    hung at exit after ~1 in 3 drain-deadline cuts). Inside the ensemble (preprocessing's IN_BAND_ERRORS) the cut
+    is a normal final response carrying ERROR, which postprocessing, the last step, raises as the request's error,
+    with the same message and code; a direct request still gets the Triton error itself."""
+    from trtspec.repository.torch_repo import ensemble_config
+
+    gen = _load_model("tensorrt_llm.py")
+    counter = types.SimpleNamespace(increment=lambda n: None)
+    model = types.SimpleNamespace(boundary=None, metrics=types.SimpleNamespace(failures=counter, cancelled=counter))
+    sender = _Sender()
+    stream = gen.Stream(model, sender, True, (), in_band=in_band)
+    cut = TritonError("generation cut after 3 tokens: the server is shutting down", code=TritonError.UNAVAILABLE)
+    stream.fail(cut)
+    [(response, flags)] = sender.sent
+    assert flags == gen.FINAL
+    if not in_band:
+        assert response.error is cut and response.outputs == []
+        return
+    assert response.error is None
+    names = ModelNames()
+    steps = {s.model_name: s for s in ensemble_config(tiny.spec, names).ensemble_scheduling.step}
+    assert steps[names.preprocessing].output_map["IN_BAND_ERRORS"] == steps[names.generation].input_map["in_band_errors"]
+    to_post = {v: k for k, v in steps[names.postprocessing].input_map.items()}  # ensemble tensor -> post input
+    inputs = {to_post[steps[names.generation].output_map[t.name]]: t.array for t in response.outputs
+              if steps[names.generation].output_map.get(t.name) in to_post}
+    assert "ERROR" in inputs
+    error = postprocessing._one(Request(inputs)).error
+    assert (str(error), error.code) == (str(cut), TritonError.UNAVAILABLE)

@@ -71,11 +71,9 @@ def test_the_drain_deadline_ends_each_stream_with_a_final_error_saying_so(built,
         assert isinstance(result, ClientError), result
         assert "cut after" in result.message and "shutting down" in result.message  # not a client timeout
         assert reference.startswith(streams.text(i)) and streams.text(i)  # what came is the true prefix
-    report = server.failure_report() if code else ""
-    # Known limit (README "Notes"): after a deadline cut, Triton 2.51 sometimes never finishes unloading the
-    # ensemble and postprocessing (0 inferences in flight; its exit timeout expires: exit 1, even with a 15 s
-    # timeout) — ~1 run in 3 here. The clients have had their final errors by then (asserted above).
-    assert code == 0 or ("Exit timeout expired" in report and "Found 0 model versions that have in-flight" in report), report
+    # every model unloaded and the server exited 0 (it hung at exit in ~1 of 3 runs while the cut was an error
+    # from the decoupled step: see Stream.fail in trtspec/repository/torch_models/tensorrt_llm.py)
+    assert code == 0, server.failure_report()
 
 
 def _fake_stub(prefix: str) -> subprocess.Popen:

@@ -340,6 +340,7 @@ def generate_remote(
             except queue.Empty:
                 continue
             if error is not None:
+                completed = True  # an error ends the request (it is its final response): nothing to cancel
                 if count == 0 and tls:  # a TLS failure shows up as the stream's first error
                     raise _connection_error(url, error, tls)
                 raise _server_error(error)

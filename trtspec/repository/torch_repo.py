@@ -149,7 +149,7 @@ def preprocessing_config(spec: Spec, names: ModelNames, engine_dir: str) -> pbtx
          tensor("MESSAGES", "STRING", [1], optional=True)]
         + [dict(t, name=PRESENCE_INPUTS[t["name"]]) for t in ENSEMBLE_INPUTS if t["name"] in PRESENCE_INPUTS],
         [tensor("INPUT_ID", "INT32", [-1]), tensor("REQUEST_INPUT_LEN", "INT32", [1]),
-         tensor("REQUEST_OUTPUT_LEN", "INT32", [1])],
+         tensor("REQUEST_OUTPUT_LEN", "INT32", [1]), tensor("IN_BAND_ERRORS", "BOOL", [1])],
         {"engine_dir": engine_dir, "tokenizer_dir": "target", "add_special_tokens": True,
          "max_input_len": spec.limits.max_input_len, "max_output_len": spec.limits.max_output_len,
          "request_inputs": ",".join(t["name"] for t in ENSEMBLE_INPUTS)},
@@ -171,11 +171,12 @@ def generation_config(spec: Spec, names: ModelNames, engine_dir: str) -> pbtxt.M
          tensor("streaming", "BOOL", [1], optional=True),
          tensor("stop_words", "STRING", [-1], optional=True),
          tensor("num_draft_tokens", "INT32", [1], optional=True),
-         tensor("task", "STRING", [1], optional=True)],
+         tensor("task", "STRING", [1], optional=True),
+         tensor("in_band_errors", "BOOL", [1], optional=True)],
         [tensor("output_ids", "INT32", [-1, -1]), tensor("sequence_length", "INT32", [-1]),
          tensor("context_ids", "INT32", [-1]), tensor("is_final", "BOOL", [1]), tensor("stop_trim", "INT32", [1]),
          tensor("stop_words_out", "STRING", [-1])]
-        + [tensor(name, type_, [1]) for name, _, type_ in COUNTERS],
+        + [tensor(name, type_, [1]) for name, _, type_ in COUNTERS] + [tensor("error", "STRING", [1])],
         # decoding_mode / max_draft_len are for reading only (as in tensorrtllm_backend's config); the
         # engine takes everything from <engine_dir>/spec.json
         {"engine_dir": engine_dir, "decoding_mode": s.method, "max_draft_len": s.num_draft_tokens},
@@ -191,7 +192,8 @@ def postprocessing_config(spec: Spec, names: ModelNames, engine_dir: str) -> pbt
         [tensor("TOKENS_BATCH", "INT32", [-1, -1]), tensor("SEQUENCE_LENGTH", "INT32", [-1]),
          tensor("CONTEXT_IDS", "INT32", [-1], optional=True), tensor("IS_FINAL", "BOOL", [1], optional=True),
          tensor("STOP_TRIM", "INT32", [1], optional=True), tensor("STOP_WORDS", "STRING", [-1], optional=True)]
-        + [tensor(upper, type_, [1], optional=True) for _, upper, type_ in COUNTERS],
+        + [tensor(upper, type_, [1], optional=True) for _, upper, type_ in COUNTERS]
+        + [tensor("ERROR", "STRING", [1], optional=True)],
         [tensor("OUTPUT", "STRING", [-1])] + [tensor(f"OUT_{upper}", type_, [1]) for _, upper, type_ in COUNTERS],
         {"engine_dir": engine_dir, "tokenizer_dir": "target"},
         count=spec.serving.instances,
@@ -207,20 +209,20 @@ def ensemble_config(spec: Spec, names: ModelNames) -> pbtxt.ModelConfig:
     pre.input_map.update({"QUERY": "text_input", "REQUEST_OUTPUT_LEN": "max_tokens", "MESSAGES": "messages"})
     pre.input_map.update({inner: outer for outer, inner in PRESENCE_INPUTS.items()})
     pre.output_map.update({"INPUT_ID": "_INPUT_ID", "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
-                           "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN"})
+                           "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN", "IN_BAND_ERRORS": "_IN_BAND_ERRORS"})
     gen = steps.add(model_name=names.generation, model_version=-1)
     gen.input_map.update({"input_ids": "_INPUT_ID", "input_lengths": "_REQUEST_INPUT_LEN",
-                          "request_output_len": "_REQUEST_OUTPUT_LEN"})
+                          "request_output_len": "_REQUEST_OUTPUT_LEN", "in_band_errors": "_IN_BAND_ERRORS"})
     gen.input_map.update({inner: outer for outer, inner in DIRECT_TO_GENERATION.items()})
     gen.output_map.update({"output_ids": "_TOKENS", "sequence_length": "_SEQUENCE_LENGTH",
                            "context_ids": "_CONTEXT_IDS", "is_final": "_IS_FINAL", "stop_trim": "_STOP_TRIM",
                            # echoed: a step may not take inputs from both the request and a decoupled step
-                           "stop_words_out": "_STOP_WORDS"})
+                           "stop_words_out": "_STOP_WORDS", "error": "_ERROR"})
     gen.output_map.update({name: f"_{upper}" for name, upper, _ in COUNTERS})
     post = steps.add(model_name=names.postprocessing, model_version=-1)
     post.input_map.update({"TOKENS_BATCH": "_TOKENS", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH",
                            "CONTEXT_IDS": "_CONTEXT_IDS", "IS_FINAL": "_IS_FINAL", "STOP_TRIM": "_STOP_TRIM",
-                           "STOP_WORDS": "_STOP_WORDS"})
+                           "STOP_WORDS": "_STOP_WORDS", "ERROR": "_ERROR"})
     post.input_map.update({upper: f"_{upper}" for _, upper, _ in COUNTERS})
     post.output_map.update({"OUTPUT": "text_output"})
     post.output_map.update({f"OUT_{upper}": name for name, upper, _ in COUNTERS})

@@ -7,12 +7,17 @@ ends (IS_FINAL). With stop strings (STOP_WORDS) a tail that may grow into one is
 and the final text loses its last STOP_TRIM characters (the stop string and what follows, as the
 engine trims them). See trtspec/runtime/detok.py.
 The speculative-decoding counters pass through unchanged (one ensemble response per step).
+ERROR (a JSON {"code", "message"}, empty when none) is the generation model's in-band error: a stream it had
+to cut (drain deadline, internal failure) ends with a final response that carries it, and this step raises
+it as the request's error, so that the error reaches the client from the ensemble's last step, in order
+(see tensorrt_llm.py, Stream.fail).
 Inputs are checked (at least one id, ids in 0..vocab-1, lengths within the ids, one row per request), so a
 direct call with bad ids gets a one-line error, never a tokenizer traceback.
 """
 
 
 import functools
+import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -32,6 +37,19 @@ PASS_THROUGH = {  # input -> (output, dtype)
 _input = functools.partial(serving.input_array, pb_utils)  # (request, name) -> numpy array or None
 
 
+def in_band_error(value):
+    """The TritonError that the generation model put in its ERROR output, or None."""
+    raw = value.reshape(-1)[0] if value is not None and value.size else b""
+    if not raw:
+        return None
+    try:
+        error = json.loads(raw)
+        code = getattr(pb_utils.TritonError, str(error["code"]), pb_utils.TritonError.INTERNAL)
+        return pb_utils.TritonError(str(error["message"]), code=code)
+    except (ValueError, KeyError, TypeError):
+        return pb_utils.TritonError("generation failed (malformed in-band error)", code=pb_utils.TritonError.INTERNAL)
+
+
 class TritonPythonModel:
     def initialize(self, args):
         serving.watch_server()  # the stub exits with its server (no orphan after a kill -9)
@@ -42,6 +60,9 @@ class TritonPythonModel:
         return [self._one(request) for request in requests]
 
     def _one(self, request):
+        error = in_band_error(_input(request, "ERROR"))
+        if error is not None:
+            return pb_utils.InferenceResponse(output_tensors=[], error=error)
         try:
             return self._response(request)
         except Exception as exc:  # a bad request, or a bug: one line to the client either way

@@ -6,7 +6,9 @@ with the tokenizer's chat template (generation prompt added, encoded without add
 template writes them), so clients need no tokenizer; and, read for nothing but their presence, the
 ensemble's other inputs (STREAM, TEMPERATURE, ... see torch_repo.PRESENCE_INPUTS; the generation model
 takes and checks their values).
-Outputs: INPUT_ID INT32 [-1], REQUEST_INPUT_LEN INT32 [1], REQUEST_OUTPUT_LEN INT32 [1].
+Outputs: INPUT_ID INT32 [-1], REQUEST_INPUT_LEN INT32 [1], REQUEST_OUTPUT_LEN INT32 [1], and IN_BAND_ERRORS
+BOOL [1] (always true): it tells the generation model that it runs inside the ensemble, so that it ends a
+stream it has to cut with an in-band error that `postprocessing` raises (see tensorrt_llm.py, Stream.fail).
 Bad requests (a missing text_input or max_tokens, empty prompt, prompt over max_input_len, max_tokens
 <= 0 or over max_output_len, unknown request parameters) fail that request only, with a one-line
 message. Every input is optional in the configs and every ensemble input reaches this step, so it runs
@@ -54,6 +56,7 @@ class TritonPythonModel:
             pb_utils.Tensor("INPUT_ID", np.asarray([ids], dtype=np.int32)),
             pb_utils.Tensor("REQUEST_INPUT_LEN", np.asarray([[len(ids)]], dtype=np.int32)),
             pb_utils.Tensor("REQUEST_OUTPUT_LEN", np.asarray([[max_tokens]], dtype=np.int32)),
+            pb_utils.Tensor("IN_BAND_ERRORS", np.asarray([[True]], dtype=np.bool_)),
         ])
 
     def _parse(self, request):

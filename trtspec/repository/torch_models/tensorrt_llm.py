@@ -5,11 +5,12 @@ It mirrors the tensorrtllm_backend model's name and I/O so that ensembles and cl
 unchanged: inputs input_ids, input_lengths, request_output_len, end_id, temperature,
 runtime_top_k, runtime_top_p, seed, streaming, plus stop_words (strings), num_draft_tokens
 (0 = no speculation) and task (a routed spec: the request's drafter, see runtime/router.py; an unknown task
-is INVALID_ARG; a spec with one drafter ignores it); outputs output_ids / sequence_length (the ids accepted since the previous
+is INVALID_ARG; a spec with one drafter ignores it) and in_band_errors (set by the ensemble's preprocessing;
+see Stream.fail); outputs output_ids / sequence_length (the ids accepted since the previous
 response; all of them when not streaming), context_ids, is_final, stop_trim and stop_words_out (for
 exact streaming detokenization in `postprocessing`, see trtspec/runtime/detok.py) and the per-request
 counters acceptance_rate, total_accepted_draft_tokens, total_draft_tokens, num_output_tokens,
-num_steps.
+num_steps, and error (empty, or the in-band error of a stream cut inside the ensemble).
 
 Every request goes to `SpecEngine.submit`, whose scheduler thread batches all running requests
 and calls back once per step; responses are sent from that thread. A request whose client cancelled
@@ -137,10 +138,11 @@ class Metrics:
 class Stream:
     """One request: accumulates its counters and sends its responses from the engine's thread."""
 
-    def __init__(self, model, sender, streaming, stop):
+    def __init__(self, model, sender, streaming, stop, in_band=False):
         self.model = model
         self.sender = sender
         self.streaming = streaming
+        self.in_band = in_band  # inside the ensemble: errors travel in band to postprocessing (see fail)
         self.stop = stop
         self.stop_words = np.asarray([[w.encode("utf-8") for w in stop] or [b""]], dtype=np.object_)
         self.stats = RequestStats()
@@ -149,7 +151,7 @@ class Stream:
         self.text = detok.ContextTracker(None if stop else model.boundary)
         self.done = False
 
-    def response(self, context, delta, final, stop_trim=0):
+    def response(self, context, delta, final, stop_trim=0, error=b""):
         s = self.stats
         tensors = [
             pb_utils.Tensor("output_ids", np.asarray(delta, dtype=np.int32).reshape(1, 1, -1)),
@@ -163,6 +165,7 @@ class Stream:
             pb_utils.Tensor("total_draft_tokens", np.asarray([[s.drafted]], dtype=np.int32)),
             pb_utils.Tensor("num_output_tokens", np.asarray([[s.tokens]], dtype=np.int32)),
             pb_utils.Tensor("num_steps", np.asarray([[s.steps]], dtype=np.int32)),
+            pb_utils.Tensor("error", np.asarray([[error]], dtype=np.object_)),
         ]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
@@ -211,17 +214,33 @@ class Stream:
 
     def fail(self, error):
         """End the request with `error` (a TritonError), or, if the client cancelled it, with the bare
-        final flag that releases it in Triton (counted as cancelled, not as a failure)."""
+        final flag that releases it in Triton (counted as cancelled, not as a failure).
+
+        Inside the ensemble (`in_band`) the error goes out as the ERROR output of a normal final response,
+        and `postprocessing` raises it: Triton 2.51's ensemble never releases a request whose decoupled step
+        fails while a later step of it (postprocessing of an earlier response) still runs; the ensemble and
+        postprocessing then never unload and the server hangs at exit (seen after drain-deadline cuts)."""
         self.done = True
         try:
             if self.sender.is_cancelled():
                 self.model.metrics.cancelled.increment(1)
                 self.sender.send(flags=FINAL)
+                return
+            self.model.metrics.failures.increment(1)
+            if self.in_band:
+                self.sender.send(self.response([], [], True, error=in_band(error)), flags=FINAL)
             else:
-                self.model.metrics.failures.increment(1)
                 self.sender.send(pb_utils.InferenceResponse(output_tensors=[], error=error), flags=FINAL)
-        except Exception:  # the client may be gone already
-            pass
+        except Exception as exc:  # the client may be gone already
+            pb_utils.Logger.log_error(f"trtspec tensorrt_llm: the final response could not be sent: {exc!r}")
+
+
+def in_band(error):
+    """A TritonError as the ERROR output postprocessing reads: JSON {"code": its name, "message"} (the
+    stub's TritonError has code() and message() methods; code() is an enum member, named by .name)."""
+    code, message = getattr(error, "code", "INTERNAL"), getattr(error, "message", str(error))
+    code, message = (code() if callable(code) else code), (message() if callable(message) else message)
+    return json.dumps({"code": code if isinstance(code, str) else code.name, "message": str(message)}).encode("utf-8")
 
 
 class TritonPythonModel:
@@ -257,7 +276,8 @@ class TritonPythonModel:
             sender = request.get_response_sender()
             try:
                 ids, params, streaming, task = self.parse(request)
-                stream = Stream(self, sender, streaming, params.stop)
+                in_band = bool(serving.scalar(_input(request, "in_band_errors"), "in_band_errors", bool))
+                stream = Stream(self, sender, streaming, params.stop, in_band)
                 self.engine.submit(ids, params, stream.on_event, task)
                 self.metrics.prompt_tokens.increment(len(ids))
             except Exception as exc:  # bad request (GenerationError, RequestError) or engine failure

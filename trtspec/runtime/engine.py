@@ -90,7 +90,8 @@ class SpecEngine:
             from trtspec.runtime.quant import quantize_llama
 
             quantize_llama(target, spec.model.quantization)
-        if spec.runtime.torch.row_exact is not False and (spec.runtime.torch.row_exact or spec.model.quantization):
+        row_exact = spec.runtime.torch.row_exact
+        if spec.model.quantization is not None if row_exact is None else row_exact:
             target.make_row_exact()  # (default: for a quantized target, whose bf16 activations need it)
         if tokenizer is None:
             tokenizer = load_tokenizer(spec.tokenizer_dir)

@@ -169,19 +169,19 @@ def test_the_trainers_eagle_head_is_what_the_runtime_computes(tmp_path):
     decoder layer) and the runtime's Llama reading the written head."""
     from trtspec.runtime.cache import chain_inputs
     from trtspec.runtime.llama import Llama
-    from trtspec.train.demo import save_eagle
+    from trtspec.train.drafters import write_eagle1
     from trtspec.train.heads import EagleHead, Shape
 
     torch.manual_seed(0)
     shape = Shape(n_layer=1, dim=64, n_head=4, n_kv_head=2, ffn=128, vocab=50, max_pos=64)
-    head = EagleHead(shape).eval()
+    head = EagleHead(shape.model_config("float16")).eval()  # as `trtspec train eagle` builds it
     with torch.no_grad():
         for p in head.parameters():
             p.normal_(0, 0.2)
         head.layers[0].post_attention_layernorm.weight.uniform_(0.5, 1.5)
         for p in head.parameters():  # what is written: float16 (the rope buffers stay float32)
             p.copy_(p.half().float())
-    save_eagle(head, shape, tmp_path / "eagle")
+    write_eagle1(tmp_path / "eagle", head, shape.model_config("float16"), "../target")
     target = ModelConfig.from_dict({**shape.hf_config().to_dict(), "num_hidden_layers": 2})
     cfg, w = heads.load_eagle(tmp_path / "eagle", target)
     net = Llama(cfg, {k: v.float() for k, v in w.items()}, prefix="", input_norm=False, final_norm=False,

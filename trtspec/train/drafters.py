@@ -654,12 +654,7 @@ def _build(kind: str, target: Path, tcfg: ModelConfig, cfg: TrainConfig, feats: 
             gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)  # resumable: noise per step
             return eagle1_loss(m, lm_used, embed, b, cfg.noise, gen)
 
-        def write(d: Path) -> None:
-            raw = {**layer.to_hf_dict(), "eagle": True, "bias": True, "base_model_name_or_path": base}
-            from trtspec.artifacts.hf import with_legacy_keys
-            layouts.write_eagle(d, {k: v.detach().half().cpu() for k, v in head.state_dict().items()},
-                                with_legacy_keys(raw, layer))
-        return head, loss, write, "LlamaForCausalLM (EAGLE-1 head)"
+        return head, loss, lambda d: write_eagle1(d, head, layer, base), "LlamaForCausalLM (EAGLE-1 head)"
     if kind == "draft-model":
         from transformers import LlamaForCausalLM
 
@@ -683,6 +678,16 @@ def _build(kind: str, target: Path, tcfg: ModelConfig, cfg: TrainConfig, feats: 
             _copy_tokenizer(target, d)
         return model, lambda m, b, step: draft_loss(m, b, used), write, "LlamaForCausalLM"
     raise SpecError(f"no drafter kind {kind!r}", hint=f"one of {', '.join(KINDS)}")
+
+
+def write_eagle1(d: Path, head: torch.nn.Module, layer: ModelConfig, base: str) -> None:
+    """An EAGLE-1 head (train.heads.EagleHead) in its layout, fp16: fc + one decoder layer, and the layer's
+    config marked eagle (fc has a bias), naming its target `base`."""
+    from trtspec.artifacts.hf import with_legacy_keys
+
+    raw = {**layer.to_hf_dict(), "eagle": True, "bias": True, "base_model_name_or_path": base}
+    layouts.write_eagle(d, {k: v.detach().half().cpu() for k, v in head.state_dict().items()},
+                        with_legacy_keys(raw, layer))
 
 
 def train_eagle3(target: Path, out: Path, cfg: TrainConfig, **kw) -> dict[str, Any] | None:

@@ -10,6 +10,9 @@ probe: the same requests on the endpoint AIPerf drives, timed as AIPerf defines 
 AIPerf and trtspec is either the protocol — then the probe sides with AIPerf — or the tool). Prints TTFT and
 ITL p50/avg of each and AIPerf's difference from the mean of the trtspec runs and from the probe. AIPerf is installed
 outside the project (`python -m venv /tmp/aiperf-venv && /tmp/aiperf-venv/bin/pip install aiperf==0.13.0`).
+On a small machine give the server and the clients their own cores (`--server-cpus 0 --server-threads 1`) and AIPerf
+one worker and one record processor (`--aiperf-arg=--workers-max --aiperf-arg=1 --aiperf-arg=--record-processors
+--aiperf-arg=1`): sharing 2 cores, AIPerf's own processes slowed what it measured by a third (README "Operate it").
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ def main() -> int:
     ap.add_argument("--prompts", default="builtin:code")
     ap.add_argument("-n", type=int, default=12)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--server-cpus", default="",
+                    help="pin Triton (and its model stubs) to these CPUs, e.g. 0; the clients (trtspec, the probe, "
+                         "AIPerf) then run on the others, so that neither side's processes slow the other's")
+    ap.add_argument("--server-threads", type=int, default=0, help="the engine's torch threads (0: the spec's)")
     ap.add_argument("--aiperf-arg", action="append", default=[],
                     help="one more argument for `aiperf profile` (repeat), e.g. --aiperf-arg=--workers-max --aiperf-arg=1")
     args = ap.parse_args()
@@ -64,13 +71,21 @@ def main() -> int:
     from trtspec.spec import load_spec
 
     spec = load_spec(args.spec)
+    if args.server_threads:
+        torch_cfg = spec.runtime.torch.model_copy(update={"threads": args.server_threads})
+        spec = spec.model_copy(update={"runtime": spec.runtime.model_copy(update={"torch": torch_cfg})})
+    every = os.sched_getaffinity(0)
+    server_cpus = {int(c) for c in args.server_cpus.split(",") if c.strip()} or every
+    client_cpus = (every - server_cpus) or every
     prompts = (builtin(args.prompts.split(":", 1)[1]) if args.prompts.startswith("builtin:")
                else [json.loads(x)["prompt"] for x in Path(args.prompts).read_text().splitlines() if x.strip()])
     prompts = (prompts * 4)[:args.n]
     tmp = Path(tempfile.mkdtemp(prefix="aiperf-compare-"))
     build(spec, BuildOptions(out_engines=tmp / "engines", out_repo=tmp / "model_repository", progress=False))
     server = TritonServer(tmp / "model_repository" / spec.name, ready_timeout=300)
+    os.sched_setaffinity(0, server_cpus)  # the server's processes inherit it ...
     server.start()
+    os.sched_setaffinity(0, client_cpus)  # ... and every client started from here on, this one
     try:
         def trtspec_run():
             g = load.measure(spec, prompts, [1], [None], max_tokens=args.max_tokens, url=server.grpc_url)
@@ -138,7 +153,9 @@ def main() -> int:
         second = trtspec_run()
         ai = {"ttft_p50_ms": ttft.get("p50"), "ttft_avg_ms": ttft.get("avg"), "itl_p50_ms": itl.get("p50"),
               "itl_avg_ms": itl.get("avg"), "output_tok_s": (thr or {}).get("avg")}
-        print(f"{spec.name}: {len(prompts)} prompts x {args.max_tokens} tokens, concurrency 1; load {os.getloadavg()}")
+        print(f"{spec.name}: {len(prompts)} prompts x {args.max_tokens} tokens, concurrency 1; server CPUs "
+              f"{sorted(server_cpus)} ({spec.runtime.torch.threads} torch threads), clients' CPUs {sorted(client_cpus)}; "
+              f"load {os.getloadavg()}")
         print(f"{'metric':<14}{'trtspec 1':>11}{'AIPerf':>11}{'trtspec 2':>11}{'AIPerf vs mean':>16}"
               f"{'HTTP probe':>12}{'AIPerf vs HTTP':>16}")
         for key in ("ttft_p50_ms", "ttft_avg_ms", "itl_p50_ms", "itl_avg_ms", "output_tok_s"):

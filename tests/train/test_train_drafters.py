@@ -16,6 +16,7 @@ from tests.train.eagle3_support import save_target4, write_prompts
 from trtspec.artifacts import heads as layouts
 from trtspec.artifacts import manifest
 from trtspec.artifacts.hf import ModelConfig
+from trtspec.artifacts.weights import load_file
 from trtspec.train import drafters
 
 torch.set_num_threads(1)
@@ -73,11 +74,38 @@ def test_each_kind_writes_its_layout_and_a_manifest_with_measured_acceptance(tin
         d = ModelConfig.from_dir(root / kind)
         assert (d.num_layers, d.hidden_size, d.vocab_size) == (1, 32, V)
         assert (root / kind / "tokenizer.json").read_bytes() == (target / "tokenizer.json").read_bytes()
-    # the medusa/eagle runs reused the data and features the first run made
-    assert (root / "work" / "hidden.safetensors").is_file()
+    # the eagle/draft-model runs reused the data and features the first run made; the final hidden states came
+    # with those features (one target pass in all), and no kind stored the captured layers only EAGLE-3 reads
+    assert not (root / "work" / "hidden.safetensors").exists()
+    stored = load_file(root / "work" / "features.safetensors")
+    assert "feats" not in stored and tuple(stored["hidden"].shape) == (len(stored["ids"]), 64)
     assert m["inputs"]["data"]["sha256"] == out["medusa"]["inputs"]["data"]["sha256"]
-    if kind != "draft-model":  # the pass ran once (medusa's run); eagle's manifest records its cost all the same
-        assert m["budget"]["wall_s"]["hidden"] == out["medusa"]["budget"]["wall_s"]["hidden"] > 0
+    assert m["budget"]["wall_s"]["features"] == out["medusa"]["budget"]["wall_s"]["features"]  # (cached: its cost)
+    assert "hidden" not in m["budget"]["wall_s"]  # no second pass
+
+
+def test_the_features_pass_gives_the_heads_their_hidden_states_and_eagle3_captures_its_layers_anew(tiny, tmp_path):
+    """Medusa/EAGLE-1 read the final hidden states from the features pass (bit-equal to the separate pass they
+    replaced); an EAGLE-3 run in the same work dir recomputes the features with its three captured layers, and a
+    later Medusa run there takes the hidden states from their own pass."""
+    import shutil
+
+    from trtspec.artifacts.tokenizer import load_tokenizer
+
+    root, target, cfg, _ = tiny
+    work = tmp_path / "work"
+    shutil.copytree(root / "work", work)
+    quiet = drafters._silent, (lambda s: None)
+    data = drafters.make_data(work, target, cfg, load_tokenizer(target), *quiet)
+    hidden, _ = drafters.make_hidden(work, target, cfg, data, *quiet)
+    assert torch.equal(hidden, load_file(work / "features.safetensors")["hidden"])
+    (work / "hidden.safetensors").unlink()
+    drafters.train_drafter("eagle3", target, tmp_path / "eagle3", cfg, work=work, until="features")
+    stored = load_file(work / "features.safetensors")
+    assert tuple(stored["feats"].shape) == (len(stored["ids"]), 3 * 64) and "hidden" not in stored
+    m = drafters.train_drafter("medusa", target, tmp_path / "medusa", cfg, work=work)
+    assert (work / "hidden.safetensors").is_file() and m["budget"]["wall_s"]["hidden"] >= 0
+    assert m["acceptance"]["chain"]["matches_plain_greedy"] == "2/2"
 
 
 def test_medusa_proposals_equal_the_training_module(tiny):

@@ -22,7 +22,7 @@ Recipe: the tokenizer (byte-level BPE) and the target (next-token CE on random w
 The drafters are `train_drafter("draft-model" | "medusa" | "eagle")` on plain text: the corpus' training
 files in a seeded order, one {"text"} row a file, cut into `seq_len`-token samples (the first `teacher_seqs`
 of them), the draft vocabulary the whole vocabulary; the three share one work dir, so one frozen-target pass
-(features) and one hidden-state pass serve them all. Acceptance is measured by the runtime itself (SpecEngine,
+(the teacher's logits and the final hidden states) serves them all. Acceptance is measured by the runtime itself (SpecEngine,
 greedy, fixed K) on held-out corpus snippets, against its own plain decoding.
 """
 

@@ -8,11 +8,12 @@ work dir (so a killed run resumes where it stopped, `--resume`):
                 each a user turn in the chat template when the tokenizer has one; or plain text (a .txt, or
                 a .jsonl of {"text"}) trained as it is. Appended to data.jsonl as it is generated.
   2. features   the draft vocabulary (the `draft_vocab` most frequent target ids of the trained tokens, the
-                target's EOS ids always in), then one frozen-target pass over every sample: the three
-                captured layers (fp16) and the target's top-k logits over the draft vocabulary, stored once
-                in features.safetensors (never recomputed per epoch).
-                Medusa and EAGLE-1 heads also need the target's final (post-norm) hidden state f_t: one more
-                pass (logits skipped) into hidden.safetensors, keyed by the data alone.
+                target's EOS ids always in), then one frozen-target pass over every sample: the target's
+                top-k logits over the draft vocabulary and, for EAGLE-3, the three captured layers (fp16),
+                or for the other kinds the final (post-norm) hidden state f_t that Medusa and EAGLE-1 read,
+                stored once in features.safetensors (never recomputed per epoch). Only when the cached
+                features are an EAGLE-3 run's do Medusa and EAGLE-1 need one more pass for f_t (logits
+                skipped; hidden.safetensors, keyed by the data alone).
   3. train      per kind (AdamW, warmup + cosine, seeded batch order; a budget of --steps or --minutes;
                 checkpoints `checkpoint[-kind]/{head,optimizer}.safetensors` + state.json, no pickle, every
                 `checkpoint_s` seconds and at the end). Every loss is a soft cross-entropy against the
@@ -259,17 +260,25 @@ def draft_vocabulary(samples: list[dict], size: int, vocab: int, always: tuple[i
 @torch.no_grad()
 def make_features(work: Path, target: Path, cfg: TrainConfig, data: dict, aux: tuple[int, ...], report: Reporter,
                   log) -> dict[str, torch.Tensor]:
-    """Stage 2: features.safetensors: ids [N], feats [N, 3H] fp16, top_ids [N, k] (draft ids), top_logits
-    [N, k] fp16, mask [N] (token N+1 trained and the target's argmax in the draft vocabulary), offsets
-    [S + 1], used [Vd] (the draft vocabulary, target ids)."""
+    """Stage 2: features.safetensors: ids [N], feats [N, 3H] fp16 (the `aux` layers side by side: EAGLE-3's
+    input) or, with no `aux`, hidden [N, H] fp16 (the final post-norm hidden state, what Medusa and EAGLE-1 heads
+    read: the same pass, so they need no second one), top_ids [N, k] (draft ids), top_logits [N, k] fp16, mask
+    [N] (token N+1 trained and the target's argmax in the draft vocabulary), offsets [S + 1], used [Vd] (the
+    draft vocabulary, target ids). Without `aux` any cached features of the same data serve (their captured
+    layers are dropped): the other kinds never store the 3 x hidden fp16 per token (3.4 KB on SmolLM2) that
+    only EAGLE-3 reads."""
     from trtspec.runtime.llama import Llama
 
     path, meta_path = work / "features.safetensors", work / "features.json"
+    base = digest({"data": data["sha256"], "vocab": cfg.draft_vocab, "topk": cfg.topk})
     key = digest({"data": data["sha256"], "aux": list(aux), "vocab": cfg.draft_vocab, "topk": cfg.topk})
     meta = read_json(meta_path)
-    if meta is not None and meta.get("key") == key and path.is_file():
+    if meta is not None and path.is_file() and (meta.get("key") == key or (not aux and meta.get("base") == base)):
         log("features: cached")
-        return {**load_file(path), "wall_s": torch.tensor(meta["wall_s"])}
+        cached = load_file(path)
+        if not aux:
+            cached.pop("feats", None)
+        return {**cached, "wall_s": torch.tensor(meta["wall_s"])}
     t0 = time.perf_counter()
     model = Llama.from_dir(target, device=cfg.device, name="target", weight_dtype=torch.float32)
     model.capture_layers = aux
@@ -279,7 +288,8 @@ def make_features(work: Path, target: Path, cfg: TrainConfig, data: dict, aux: t
     t2d[used] = True
     used_dev = used.to(cfg.device)
     k = min(cfg.topk, len(used))
-    out: dict[str, list[torch.Tensor]] = {n: [] for n in ("ids", "feats", "top_ids", "top_logits", "mask")}
+    layers = "feats" if aux else "hidden"
+    out: dict[str, list[torch.Tensor]] = {n: [] for n in ("ids", layers, "top_ids", "top_logits", "mask")}
     rows: dict[int, dict[str, torch.Tensor]] = {}
     for idx, seqs, logits, feats in _full_passes(model, samples, cfg.device, "features", report):
         sub = logits.index_select(-1, used_dev)
@@ -289,7 +299,7 @@ def make_features(work: Path, target: Path, cfg: TrainConfig, data: dict, aux: t
             n, p = len(seqs[b]), samples[i]["prompt_len"]
             trained = torch.zeros(n, dtype=torch.bool)
             trained[max(0, p - 1): n - 1] = True  # position t predicts x_{t+1}: a response token
-            rows[i] = {"ids": torch.tensor(seqs[b]), "feats": feats[b, :n].half().cpu(),
+            rows[i] = {"ids": torch.tensor(seqs[b]), layers: feats[b, :n].half().cpu(),
                        "top_ids": top.indices[b, :n].to(torch.int32).cpu(), "top_logits": top.values[b, :n].half().cpu(),
                        "mask": trained & in_vocab[b, :n].cpu()}
     for i in range(len(samples)):
@@ -301,7 +311,7 @@ def make_features(work: Path, target: Path, cfg: TrainConfig, data: dict, aux: t
     t["used"] = used
     save_weights(t, path)
     wall = round(time.perf_counter() - t0, 1)
-    write_json(meta_path, {"key": key, "wall_s": wall})
+    write_json(meta_path, {"key": key, "base": base, "wall_s": wall})
     log(f"features: {len(t['ids']):,} tokens, draft vocabulary {len(used)}, in {wall:.0f}s")
     return {**t, "wall_s": torch.tensor(wall)}
 
@@ -329,8 +339,9 @@ def _full_passes(model, samples: list[dict], device: str, stage: str, report: Re
 @torch.no_grad()
 def make_hidden(work: Path, target: Path, cfg: TrainConfig, data: dict, report: Reporter,
                 log) -> tuple[torch.Tensor, float]:
-    """Stage 2b (Medusa, EAGLE-1): hidden.safetensors: the target's final post-norm hidden state [N, H] fp16
-    of every token (the rows of features.safetensors), what those heads read at serving; keyed by the data.
+    """Stage 2b (Medusa, EAGLE-1, when the cached features are an EAGLE-3 run's, which hold no final hidden
+    states): hidden.safetensors: the target's final post-norm hidden state [N, H] fp16 of every token (the rows
+    of features.safetensors), what those heads read at serving; keyed by the data.
     Returns (the states, the seconds the pass took when it ran)."""
     from trtspec.runtime.llama import Llama
 
@@ -720,11 +731,11 @@ def train_drafter(kind: str, target: Path, out: Path, cfg: TrainConfig, *, resum
     if until == "data":
         return None
     aux = layouts.default_aux_layers(tcfg.num_layers)
-    feats = make_features(work, target, cfg, data, aux, report, log)
+    feats = make_features(work, target, cfg, data, aux if kind == "eagle3" else (), report, log)  # layers: EAGLE-3's
     wall = {"data": data["wall_s"], "features": float(feats["wall_s"])}
-    if kind != "eagle3":
-        feats.pop("feats")  # the captured layers: EAGLE-3's alone
-    if kind in ("medusa", "eagle"):
+    if kind == "draft-model":
+        feats.pop("hidden", None)
+    elif kind in ("medusa", "eagle") and "hidden" not in feats:  # (features cached by an EAGLE-3 run)
         feats["hidden"], wall["hidden"] = make_hidden(work, target, cfg, data, report, log)
     if until == "features":
         return None

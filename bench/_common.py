@@ -1,16 +1,34 @@
-"""What the SmolLM2 benchmark scripts share (bench_smollm2, bench_eagle3, bench_training_free): the prompt-set
-reader and the per-run accumulator their tables are made from."""
+"""What the SmolLM2 benchmark scripts share (bench_smollm2, bench_eagle3, bench_training_free,
+bench_served_threads): the prompt-set reader, the per-run accumulator their tables are made from, and a spec's
+deployment built into a temp dir and served by the bundled Triton."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 
 def jsonl_prompts(path: Path, n: int) -> list[str]:
     """The first n prompts of a prompt set (examples/smollm2/*.jsonl: one {"prompt": ...} per line)."""
     return [json.loads(line)["prompt"] for line in Path(path).read_text().splitlines() if line.strip()][:n]
+
+
+@contextlib.contextmanager
+def served_deployment(spec, prefix: str = "bench-") -> Iterator:
+    """`spec` built into a temp dir and served by the bundled Triton (a started TritonServer); stopped and
+    removed on exit."""
+    from trtspec.builders import BuildOptions, build
+    from trtspec.serve import TritonServer
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        result = build(spec, BuildOptions(out_engines=Path(tmp) / "engines", out_repo=Path(tmp) / "repo",
+                                          progress=False))
+        with TritonServer(Path(result.repository), ready_timeout=300) as server:
+            yield server
 
 
 @dataclasses.dataclass

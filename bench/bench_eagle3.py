@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -36,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from bench._common import Meter, jsonl_prompts as prompts  # noqa: E402
+from bench._common import Meter, jsonl_prompts as prompts, served_deployment  # noqa: E402
 from trtspec.artifacts.tokenizer import chat_prompt_ids  # noqa: E402
 from trtspec.runtime import SamplingParams, SpecEngine  # noqa: E402
 from trtspec.runtime.stats import acceptance_rate, tokens_per_step  # noqa: E402
@@ -129,29 +128,20 @@ def costs(heads: dict[str, Path]) -> None:
 
 
 def served(rows, args, spec) -> None:
-    from trtspec.builders import BuildOptions, build
     from trtspec.client import generate_remote
-    from trtspec.serve import TritonServer
 
-    with tempfile.TemporaryDirectory(prefix="bench-eagle3-") as tmp:
-        result = build(spec, BuildOptions(out_engines=Path(tmp) / "engines", out_repo=Path(tmp) / "repo",
-                                          progress=False))
-        server = TritonServer(Path(result.repository), ready_timeout=300)
-        server.start()
-        try:
-            for name, path in SETS.items():
-                chats = [[{"role": "user", "content": p}] for p in prompts(path, args.prompts)]
-                generate_remote(server.grpc_url, "", messages=chats[0], max_tokens=8, timeout=120)  # warm-up
-                for key, k in (("served plain", 0), ("served eagle3 chain", 4)):
-                    m = rows[name][key] = Meter()
-                    for chat in chats:
-                        t = time.perf_counter()
-                        r = generate_remote(server.grpc_url, "", messages=chat, max_tokens=args.new,
-                                            num_draft_tokens=k, timeout=300, stream=True)
-                        m.tokens += r.new_tokens
-                        m.seconds += time.perf_counter() - t
-        finally:
-            server.stop()
+    with served_deployment(spec, "bench-eagle3-") as server:
+        for name, path in SETS.items():
+            chats = [[{"role": "user", "content": p}] for p in prompts(path, args.prompts)]
+            generate_remote(server.grpc_url, "", messages=chats[0], max_tokens=8, timeout=120)  # warm-up
+            for key, k in (("served plain", 0), ("served eagle3 chain", 4)):
+                m = rows[name][key] = Meter()
+                for chat in chats:
+                    t = time.perf_counter()
+                    r = generate_remote(server.grpc_url, "", messages=chat, max_tokens=args.new,
+                                        num_draft_tokens=k, timeout=300, stream=True)
+                    m.tokens += r.new_tokens
+                    m.seconds += time.perf_counter() - t
 
 
 def show(rows, ks, args, before, after) -> None:

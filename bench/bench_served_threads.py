@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._common import jsonl_prompts as prompts  # noqa: E402
+from bench._common import jsonl_prompts as prompts, served_deployment  # noqa: E402
 
 
 def main() -> int:
@@ -35,10 +34,8 @@ def main() -> int:
     import torch
 
     from trtspec.artifacts.tokenizer import chat_prompt_ids
-    from trtspec.builders import BuildOptions, build
     from trtspec.client import generate_remote
     from trtspec.runtime import SamplingParams, SpecEngine
-    from trtspec.serve import TritonServer
     from trtspec.spec import load_spec
 
     base = load_spec(args.spec)
@@ -59,20 +56,13 @@ def main() -> int:
         local = tokens / seconds
         engine.close()
         torch.set_num_threads(os.cpu_count() or 1)
-        with tempfile.TemporaryDirectory(prefix="bench-threads-") as tmp:
-            result = build(spec, BuildOptions(out_engines=Path(tmp) / "engines", out_repo=Path(tmp) / "repo",
-                                              progress=False))
-            server = TritonServer(Path(result.repository), ready_timeout=300)
-            server.start()
-            try:
-                generate_remote(server.grpc_url, "", messages=chats[0], max_tokens=8, timeout=120)  # warm-up
-                tokens, seconds = 0, 0.0
-                for chat in chats:
-                    r = generate_remote(server.grpc_url, "", messages=chat, max_tokens=args.new, num_draft_tokens=0,
-                                        timeout=300)
-                    tokens, seconds = tokens + r.new_tokens, seconds + r.seconds
-            finally:
-                server.stop()
+        with served_deployment(spec, "bench-threads-") as server:
+            generate_remote(server.grpc_url, "", messages=chats[0], max_tokens=8, timeout=120)  # warm-up
+            tokens, seconds = 0, 0.0
+            for chat in chats:
+                r = generate_remote(server.grpc_url, "", messages=chat, max_tokens=args.new, num_draft_tokens=0,
+                                    timeout=300)
+                tokens, seconds = tokens + r.new_tokens, seconds + r.seconds
         rows.append((threads, local, tokens / seconds))
     print(f"{base.name}: plain decoding, {len(chats)} chat prompts x <= {args.new} tokens, greedy; load "
           f"{before[0]:.2f} -> {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")

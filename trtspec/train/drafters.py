@@ -270,8 +270,8 @@ def make_features(work: Path, target: Path, cfg: TrainConfig, data: dict, aux: t
     from trtspec.runtime.llama import Llama
 
     path, meta_path = work / "features.safetensors", work / "features.json"
-    base = digest({"data": data["sha256"], "vocab": cfg.draft_vocab, "topk": cfg.topk})
-    key = digest({"data": data["sha256"], "aux": list(aux), "vocab": cfg.draft_vocab, "topk": cfg.topk})
+    fields = {"data": data["sha256"], "vocab": cfg.draft_vocab, "topk": cfg.topk}
+    base, key = digest(fields), digest({**fields, "aux": list(aux)})  # (digest sorts keys: the key is as before)
     meta = read_json(meta_path)
     if meta is not None and path.is_file() and (meta.get("key") == key or (not aux and meta.get("base") == base)):
         log("features: cached")

@@ -135,6 +135,11 @@ def show(rows, args, before, after) -> None:
                           f"{meter.rate / plain:.2f}x", same)
     console = Console(width=140)
     console.print(table)
+    for name, m in rows.items():  # the int8 target is another model: how far its greedy text follows fp32's
+        a, b = m["trtspec plain int8"].outputs, m["trtspec plain"].outputs
+        agree = [next((i for i, (x, y) in enumerate(zip(u, v)) if x != y), min(len(u), len(v))) for u, v in zip(a, b)]
+        console.print(f"{name}: int8 target vs fp32, greedy tokens equal before the first difference: "
+                      f"{agree} of {[len(v) for v in b]}")
     console.print(f"load average before {before[0]:.2f} {before[1]:.2f} {before[2]:.2f}, "
                   f"after {after[0]:.2f} {after[1]:.2f} {after[2]:.2f} ({os.cpu_count()} cores)")
 

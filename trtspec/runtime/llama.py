@@ -10,7 +10,9 @@ them (`ROPE_TYPES`), whose frequencies transformers' own rope functions compute 
 How it runs: one forward over a batch of rows, each row writing its new tokens' K/V at its own slots of a
 pre-allocated static cache (`KVCache`, [layers, batch, kv_heads, max_seq, head_dim]) and attending through an
 explicit boolean mask — a causal chain, a padded batch or a draft tree all use the same path. The caller owns
-the per-row lengths (see `cache.py`), so rejecting draft tokens is just moving a length pointer back.
+the per-row lengths (see `cache.py`), so rejecting draft tokens is just moving a length pointer back. An int8
+target's layers (runtime/quant.py) run passes of up to EXACT_MAX_ROWS rows through one fused CPU kernel call
+each instead (`_fused_hidden`, runtime/fused.py), where it builds.
 
 dtype: weights are stored in the checkpoint's dtype and cast to the *compute* dtype at load. On CPU the compute
 dtype is float32 whatever `spec.model.dtype` says (fp32 is what the logits tests check); the matmul weights are
@@ -178,6 +180,7 @@ class LayerWeights:
     q_norm: torch.Tensor | None = None  # [head_dim] RMSNorm weights on q and k (Qwen3)
     k_norm: torch.Tensor | None = None
     window: int | None = None  # sliding attention window of this layer (Mistral, Qwen2/3)
+    fused: tuple | None = None  # the fused CPU kernel's weight arguments (runtime/fused.py), when it runs this layer
 
 
 def layer_from_hf(w: dict[str, torch.Tensor], prefix: str, cfg: ModelConfig, dtype, device, *,
@@ -341,13 +344,16 @@ class Llama:
         """The decoder stack (no final norm) over `x` [B, T, hidden]; `capture` gets the outputs of the
         layers in capture_layers."""
         B, T = positions.shape
+        layers = layers if layers is not None else self.layers
+        if T <= EXACT_MAX_ROWS and all(lw.fused is not None for lw in layers):
+            return self._fused_hidden(x, cache, positions, start, mask, row0, layers, capture)
         S = mask.shape[-1] if mask is not None else start[0] + T
         cos, sin = F.embedding(positions, self.rope).unsqueeze(2).chunk(2, dim=-1)
         write = _writer(start, T, B, row0, self.device)
         masks: dict[int | None, torch.Tensor | None] = {None: mask}
         exact = self.exact_attention and mask is not None and T <= EXACT_MAX_ROWS  # (not a long prefill)
         keys: dict[int | None, list | None] = {}
-        for i, lw in enumerate(layers if layers is not None else self.layers):
+        for i, lw in enumerate(layers):
             if lw.window not in masks:
                 masks[lw.window] = window_mask(mask, positions, start, S, lw.window)
             if lw.window not in keys:
@@ -357,6 +363,49 @@ class Llama:
             if capture is not None and i in self.capture_layers:
                 capture[i] = x
         return x
+
+    def _fused_hidden(self, x, cache, positions, start, mask, row0, layers, capture) -> torch.Tensor:
+        """`hidden` through the fused CPU kernel, one call per layer (runtime/fused.py): row-exact itself."""
+        B, T = positions.shape
+        S = mask.shape[-1] if mask is not None else start[0] + T
+        c, op = self.cfg, torch.ops.trtspec.decode_layer
+        h = x.reshape(B * T, c.hidden_size).clone()  # the kernel updates it in place: never the caller's tensor
+        pos = positions.contiguous()
+        masks: dict[int | None, torch.Tensor | None] = {}
+        for i, lw in enumerate(layers):
+            if lw.window not in masks:
+                m = mask if lw.window is None else window_mask(mask, positions, start, S, lw.window)
+                masks[lw.window] = None if m is None else m[:, 0].contiguous()
+            op(h, *lw.fused, cache.k[i], cache.v[i], row0, pos, start, self.rope, masks[lw.window],
+               c.num_heads, c.num_kv_heads)
+            if capture is not None and i in self.capture_layers:
+                capture[i] = h.view(B, T, -1).clone()
+        return h.view(B, T, -1)
+
+    def prepare_fused(self) -> bool:
+        """Run this model's decoder layers through the fused CPU kernel where it can (CPU, float32, every
+        layer's linears int8 with bf16 activations and an input norm) and the kernel builds here; returns
+        whether it does."""
+        from trtspec.runtime import fused
+        from trtspec.runtime.quant import Int8Linear
+
+        def args(lw: LayerWeights) -> tuple | None:
+            lins = (lw.qkv, lw.o, lw.gate_up, lw.down)
+            if lw.attn_norm is None or not all(isinstance(x, Int8Linear) and x.s.dtype == torch.bfloat16
+                                               for x in lins):
+                return None
+            out: list = [lw.attn_norm, lw.mlp_norm, self.cfg.rms_norm_eps]
+            for x in lins:
+                out += [x.q, x.s, None if x.b is None else x.b.float()]
+            return tuple(out) + (lw.q_norm, lw.k_norm)
+
+        eligible = (self.device.type == "cpu" and self.dtype == torch.float32 and self.cfg.head_dim % 2 == 0
+                    and all(args(lw) is not None for lw in self.layers))
+        if not (eligible and fused.available()):
+            return False
+        for lw in self.layers:
+            lw.fused = args(lw)
+        return True
 
     def block(self, x, w: LayerWeights, kc, vc, cos, sin, write, mask, B, T, S, row0, keys=None):
         c = self.cfg

@@ -14,7 +14,8 @@ into different greedy tokens.
           torch.ops.aten._weight_int8pack_mm (x @ q^T * s, no dequantized copy) in bfloat16 activations where
           the CPU kernel takes them (torch 2.13 on AVX2: ~2x a fp32 GEMV at one row, ~10x its own fp32-input
           path; see `int8_dtype`), else dequantized once at load (same numbers, no speed-up). The kernel needs
-          the input width to be a multiple of KERNEL_K (torch 2.13 segfaults on K = 33): others dequantize
+          the input width to be a multiple of KERNEL_K (torch 2.13 segfaults on K = 33): others dequantize.
+          A model whose layers are all int8 then runs them through the fused CPU kernel (runtime/fused.py)
     int4  groups of GROUP input channels, symmetric: q in [-8, 7], one scale per (row, group); multiplied by
           dequantizing to the input's dtype at load (torch's int4 CPU kernels want packed layouts per
           version: the numbers are int4's, the speed is the float kernel's)
@@ -127,6 +128,8 @@ def quantize_llama(model: Llama, mode: str) -> int:
             setattr(lw, field, quantize_linear(getattr(lw, field), mode))
             n += 1
     model.head = quantize_linear(model.head, mode)
+    if mode == "int8":
+        model.prepare_fused()  # its layers then run through the fused CPU kernel, where it builds
     return n + 1
 
 

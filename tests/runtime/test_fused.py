@@ -1,0 +1,141 @@
+"""The fused CPU decoder layer of int8 targets (runtime/fused.py, kernels/decode_layer.cpp).
+
+It computes what the torch path computes (up to bf16 rounding: both multiply in bf16 activations), for every
+architecture the runtime runs, and it is row-exact itself: a verify pass's rows — a chain, a tree, the rows
+of a batch, inside or past a sliding window — give bit for bit the logits of one-row decode steps."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from tests.architectures import models
+from trtspec.runtime import fused
+from trtspec.runtime.cache import chain_inputs, tree_inputs
+from trtspec.runtime.llama import Llama
+from trtspec.runtime.quant import quantize_llama
+
+MAX = 96
+
+
+def _int8(path, fused_on: bool = True) -> Llama:
+    m = Llama.from_dir(path, dtype="float32", max_seq=MAX)
+    quantize_llama(m, "int8")
+    if not fused_on:
+        for lw in m.layers:
+            lw.fused = None
+    return m
+
+
+@pytest.fixture(scope="module", params=list(models.CASES))
+def arch(request, tmp_path_factory):
+    model_type, kw = models.CASES[request.param]
+    path = tmp_path_factory.mktemp(request.param) / "m"
+    models.save(path, model_type, seed=3, tokenizer=False, **kw)
+    return path
+
+
+def _run(m: Llama, ids: list[int], prompt: int) -> torch.Tensor:
+    """Logits after each token: a prefill of `prompt` tokens, then one-row decode steps."""
+    cache = m.new_cache(1, MAX)
+    inp = chain_inputs([0], prompt)
+    lg, _ = m.forward(cache, inp.positions, inp.start, inp.mask, tokens=torch.tensor([ids[:prompt]]))
+    out = [lg[0]]
+    for n in range(prompt, len(ids)):
+        inp = chain_inputs([n], 1)
+        lg, _ = m.forward(cache, inp.positions, inp.start, inp.mask, tokens=torch.tensor([[ids[n]]]))
+        out.append(lg[0])
+    return torch.cat(out)
+
+
+def _ids(n: int, seed: int) -> list[int]:
+    return torch.randint(0, models.family.VOCAB, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def test_the_kernel_builds_here_and_int8_targets_use_it(arch):
+    assert fused.available(), "the fused kernel did not build (see the warning logged by trtspec.runtime.fused)"
+    assert all(lw.fused is not None for lw in _int8(arch).layers)
+
+
+@torch.inference_mode()
+def test_fused_layers_compute_what_the_torch_path_computes(arch):
+    ids = _ids(30, 1)  # past the sliding windows (8) of the window cases
+    a, b = _run(_int8(arch), ids, 12), _run(_int8(arch, fused_on=False), ids, 12)
+    assert ((a - b).norm() / b.norm()).item() < 2e-2
+    assert (a.argmax(-1) == b.argmax(-1)).float().mean().item() >= 0.9
+
+
+@torch.inference_mode()
+def test_fused_verify_rows_equal_decoding_bit_for_bit(arch):
+    m = _int8(arch)
+    ids = _ids(26, 2)
+    plain = _run(m, ids, 14)  # rows 0..13: prefill, then one row per token
+    cache = m.new_cache(1, MAX)
+    inp = chain_inputs([0], 14)
+    m.forward(cache, inp.positions, inp.start, inp.mask, tokens=torch.tensor([ids[:14]]))
+    inp = chain_inputs([14], 12)  # a 12-row verify pass of the same tokens
+    lg, _ = m.forward(cache, inp.positions, inp.start, inp.mask, tokens=torch.tensor([ids[14:]]))
+    assert torch.equal(lg[0], plain[14:])
+
+
+@torch.inference_mode()
+def test_fused_tree_nodes_and_batch_rows_equal_decoding(arch):
+    m = _int8(arch)
+    prompt, other = _ids(11, 3), _ids(7, 4)
+    a, b = 41, 57
+    # tree: root a, children b (of root) and a (of root), grandchild b (of the second child)
+    nodes, parents = [a, b, a, b], (-1, 0, 0, 2)
+    paths = {0: [a], 1: [a, b], 2: [a, a], 3: [a, a, b]}
+    cache = m.new_cache(2, MAX)
+    for row, ids in enumerate((prompt, other)):
+        inp = chain_inputs([0], len(ids))
+        m.forward(cache, inp.positions, inp.start, inp.mask, tokens=torch.tensor([ids]), row0=row)
+    inp = tree_inputs([len(prompt), len(other)], [parents, (-1, 0, 1, 2)])
+    tokens = torch.tensor([nodes, [a, b, a, b]])
+    lg, _ = m.forward(cache, inp.positions, inp.start, inp.mask, tokens=tokens)
+    for i, path in paths.items():
+        assert torch.equal(lg[0, i], _run(m, prompt + path, len(prompt))[-1])
+    assert torch.equal(lg[1], _run(m, other + [a, b, a, b], len(other))[-4:])
+
+
+@torch.inference_mode()
+def test_the_caller_s_tensors_are_not_written_and_captured_layers_are_each_layer_s(arch):
+    m = _int8(arch)
+    embeds = torch.randn(1, 5, m.cfg.hidden_size)
+    before = embeds.clone()
+    m.capture_layers = (0, 1)
+    inp = chain_inputs([0], 5)
+    _, feats = m.forward(m.new_cache(1, MAX), inp.positions, inp.start, inp.mask, embeds=embeds)
+    assert torch.equal(embeds, before)
+    first = m.hidden(embeds, m.new_cache(1, MAX), inp.positions, inp.start, inp.mask, layers=m.layers[:1])
+    H = m.cfg.hidden_size
+    assert torch.equal(feats[..., :H], first)
+    assert not torch.equal(feats[..., H:], first)
+
+
+def test_turned_off_or_unbuildable_it_leaves_the_torch_path(arch, monkeypatch, caplog):
+    fused.available.cache_clear()
+    try:
+        monkeypatch.setenv("TRTSPEC_FUSED", "0")
+        assert not fused.available() and all(lw.fused is None for lw in _int8(arch).layers)
+        fused.available.cache_clear()
+        monkeypatch.delenv("TRTSPEC_FUSED")
+
+        def broken(**_):
+            raise RuntimeError("Error building extension 'x'\nno C++ compiler")
+
+        monkeypatch.setattr("torch.utils.cpp_extension.load", broken)
+        monkeypatch.setattr(fused, "build_name", lambda: "trtspec_fused_test_unbuildable")
+        monkeypatch.setenv("TRTSPEC_KERNEL_CACHE", str(arch.parent / "kernels"))
+        with caplog.at_level(logging.WARNING, logger="trtspec.runtime.fused"):
+            assert not fused.available()
+        assert "no C++ compiler" in caplog.text and "torch path" in caplog.text
+        m = _int8(arch)
+        assert all(lw.fused is None for lw in m.layers)
+        ids = _ids(20, 5)
+        with torch.inference_mode():
+            assert _run(m, ids, 10).shape == (20, models.family.VOCAB)
+    finally:
+        fused.available.cache_clear()

@@ -1,0 +1,211 @@
+// One Llama-family decoder layer of an int8 (weight-only) target on CPU, for the short passes of decoding
+// (a decode step, a verify pass, a batched decode step): what runtime/llama.py's `block` computes, in one call
+// instead of ~60 small torch ops (their dispatch, not their arithmetic, was ~40 % of a SmolLM2 decode step).
+//
+// Row-exact by construction: every row (b, t) is normed, rotated, attended and activated by the same loops on
+// its own data; attention reads exactly the cache slots the mask lets it see, in slot order, so a verify row
+// and the decode step that would produce the same token compute the same bits. The four matmuls are
+// aten::_weight_int8pack_mm (bf16 activations), which is row-independent itself.
+//
+// Shapes: x [R = B*T, H] float32 (the residual stream, updated and returned); cache layers kc, vc
+// [rows, Hkv, max_seq, D] float32; rope [max_seq, 2D] (cos | sign-folded sin); positions [B, T] int64;
+// start[b] = first slot of row b's T new entries; mask [B, T, S] bool or undefined (one row: a causal chain).
+
+#include <ATen/core/Tensor.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/_weight_int8pack_mm.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Optional.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <vector>
+
+namespace {
+
+using at::Tensor;
+using c10::BFloat16;
+
+constexpr int L = 8;  // partial sums per reduction: vectorizable, and the same order for every row
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  float acc[L] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int j = 0; j < L; ++j) acc[j] += a[i + j] * b[i + j];
+  float s = 0;
+  for (int j = 0; j < L; ++j) s += acc[j];
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline float inv_rms(const float* x, int64_t n, double eps) {
+  return 1.0f / std::sqrt(dot(x, x, n) / static_cast<float>(n) + static_cast<float>(eps));
+}
+
+// y[r] = bf16(x[r] * inv_rms(x[r]) * w)
+void rms_to_bf16(const float* x, const float* w, int64_t R, int64_t H, double eps, BFloat16* y) {
+  for (int64_t r = 0; r < R; ++r) {
+    const float* xr = x + r * H;
+    const float s = inv_rms(xr, H, eps);
+    for (int64_t i = 0; i < H; ++i) y[r * H + i] = BFloat16(xr[i] * s * w[i]);
+  }
+}
+
+Tensor matmul(const Tensor& xb, const Tensor& q, const Tensor& s) {
+  return at::_weight_int8pack_mm(xb, q, s);
+}
+
+// x[r] += float(y[r]) (+ bias)
+void add_into(float* x, const Tensor& y, const c10::optional<Tensor>& bias, int64_t R, int64_t H) {
+  const BFloat16* yp = y.const_data_ptr<BFloat16>();
+  const float* b = bias.has_value() ? bias->const_data_ptr<float>() : nullptr;
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t i = 0; i < H; ++i)
+      x[r * H + i] += static_cast<float>(yp[r * H + i]) + (b ? b[i] : 0.0f);
+}
+
+}  // namespace
+
+Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, double eps,
+                    const Tensor& qkv_q, const Tensor& qkv_s, const c10::optional<Tensor>& qkv_b,
+                    const Tensor& o_q, const Tensor& o_s, const c10::optional<Tensor>& o_b,
+                    const Tensor& gu_q, const Tensor& gu_s, const c10::optional<Tensor>& gu_b,
+                    const Tensor& d_q, const Tensor& d_s, const c10::optional<Tensor>& d_b,
+                    const c10::optional<Tensor>& q_norm, const c10::optional<Tensor>& k_norm,
+                    Tensor kc, Tensor vc, int64_t row0, const Tensor& positions, at::IntArrayRef start,
+                    const Tensor& rope, const c10::optional<Tensor>& mask, int64_t nh, int64_t nkv) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "x: [R, H] float32");
+  TORCH_CHECK(kc.is_contiguous() && vc.is_contiguous() && kc.scalar_type() == at::kFloat, "cache: float32");
+  const int64_t R = x.size(0), H = x.size(1);
+  const int64_t B = positions.size(0), T = positions.size(1);
+  TORCH_CHECK(B * T == R && static_cast<int64_t>(start.size()) == B, "positions/start do not match x");
+  TORCH_CHECK(positions.scalar_type() == at::kLong && positions.is_contiguous(), "positions: int64, contiguous");
+  TORCH_CHECK(rope.scalar_type() == at::kFloat && rope.is_contiguous(), "rope: float32, contiguous");
+  const int64_t D = kc.size(3), maxS = kc.size(2), n_rep = nh / nkv, nq = nh * D, nk = nkv * D;
+  TORCH_CHECK(qkv_q.size(0) == nq + 2 * nk, "qkv weight does not match the heads");
+  const int64_t half = D / 2;
+  int64_t S = 0;  // cache slots a query may see: the mask's width, or the chain's end
+  for (int64_t b = 0; b < B; ++b) S = std::max(S, start[b] + T);
+  const bool* m = nullptr;
+  if (mask.has_value()) {
+    TORCH_CHECK(mask->scalar_type() == at::kBool && mask->is_contiguous() && mask->dim() == 3 &&
+                mask->size(0) == B && mask->size(1) == T, "mask: [B, T, S] bool, contiguous");
+    S = mask->size(2);
+    m = mask->const_data_ptr<bool>();
+  } else {
+    TORCH_CHECK(B == 1, "no mask: one row only");
+  }
+  TORCH_CHECK(S <= maxS, "mask wider than the cache");
+  float* xp = x.data_ptr<float>();
+  const auto bf = x.options().dtype(at::kBFloat16);
+
+  // attention input: norm, q/k/v, (q/k norm), RoPE, K/V into the cache
+  Tensor h = at::empty({R, H}, bf);
+  rms_to_bf16(xp, attn_norm.const_data_ptr<float>(), R, H, eps, h.data_ptr<BFloat16>());
+  Tensor qkv = matmul(h, qkv_q, qkv_s);
+  const BFloat16* qkvp = qkv.const_data_ptr<BFloat16>();
+  const float* qkvb = qkv_b.has_value() ? qkv_b->const_data_ptr<float>() : nullptr;
+  std::vector<float> q(R * nq), tmp(D);
+  const int64_t* pos = positions.const_data_ptr<int64_t>();
+  const float* rp = rope.const_data_ptr<float>();
+  float* kcp = kc.data_ptr<float>();
+  float* vcp = vc.data_ptr<float>();
+  const float* qn = q_norm.has_value() ? q_norm->const_data_ptr<float>() : nullptr;
+  const float* kn = k_norm.has_value() ? k_norm->const_data_ptr<float>() : nullptr;
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t b = r / T, t = r % T, slot = start[b] + t;
+    TORCH_CHECK(slot < maxS && pos[r] >= 0 && pos[r] < rope.size(0), "cache slot or position out of range");
+    const float* cs = rp + pos[r] * 2 * D;  // cos, then sin
+    const BFloat16* src = qkvp + r * (nq + 2 * nk);
+    for (int64_t hd = 0; hd < nh + nkv; ++hd) {  // q heads, then k heads: norm (Qwen3) and rotate
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t c = hd * D + d;
+        tmp[d] = static_cast<float>(src[c]) + (qkvb ? qkvb[c] : 0.0f);
+      }
+      const float* nw = hd < nh ? qn : kn;
+      if (nw) {
+        const float s = inv_rms(tmp.data(), D, eps);
+        for (int64_t d = 0; d < D; ++d) tmp[d] = tmp[d] * s * nw[d];
+      }
+      float* dst = hd < nh ? q.data() + r * nq + hd * D
+                           : kcp + (((row0 + b) * nkv + (hd - nh)) * maxS + slot) * D;
+      for (int64_t d = 0; d < D; ++d)
+        dst[d] = tmp[d] * cs[d] + tmp[d < half ? d + half : d - half] * cs[D + d];
+    }
+    for (int64_t hd = 0; hd < nkv; ++hd) {
+      float* dst = vcp + (((row0 + b) * nkv + hd) * maxS + slot) * D;
+      const int64_t c0 = nq + nk + hd * D;
+      for (int64_t d = 0; d < D; ++d) dst[d] = static_cast<float>(src[c0 + d]) + (qkvb ? qkvb[c0 + d] : 0.0f);
+    }
+  }
+
+  // attention: each (row, head) on the slots it sees, in slot order; heads of all rows in parallel
+  Tensor att = at::empty({R, nq}, bf);
+  BFloat16* ap = att.data_ptr<BFloat16>();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  at::parallel_for(0, R * nh, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<float> p(S), o(D);
+    std::vector<int64_t> seen(S);
+    for (int64_t task = lo; task < hi; ++task) {
+      const int64_t r = task / nh, hd = task % nh, b = r / T, t = r % T;
+      int64_t n = 0;
+      if (m) {
+        const bool* mr = m + (b * T + t) * S;
+        for (int64_t s = 0; s < S; ++s)
+          if (mr[s]) seen[n++] = s;
+      } else {
+        for (int64_t s = 0; s <= start[b] + t; ++s) seen[n++] = s;
+      }
+      const float* qr = q.data() + r * nq + hd * D;
+      const int64_t base = ((row0 + b) * nkv + hd / n_rep) * maxS;
+      float mx = -INFINITY;
+      for (int64_t i = 0; i < n; ++i) {
+        p[i] = dot(qr, kcp + (base + seen[i]) * D, D) * scale;
+        mx = std::max(mx, p[i]);
+      }
+      float sum = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        p[i] = std::exp(p[i] - mx);
+        sum += p[i];
+      }
+      std::fill(o.begin(), o.end(), 0.0f);
+      for (int64_t i = 0; i < n; ++i) {
+        const float* vr = vcp + (base + seen[i]) * D;
+        for (int64_t d = 0; d < D; ++d) o[d] += p[i] * vr[d];
+      }
+      BFloat16* out = ap + r * nq + hd * D;
+      const float inv = n ? 1.0f / sum : 0.0f;
+      for (int64_t d = 0; d < D; ++d) out[d] = BFloat16(o[d] * inv);
+    }
+  });
+  add_into(xp, matmul(att, o_q, o_s), o_b, R, H);
+
+  // MLP: norm, gate/up, silu(gate) * up, down
+  rms_to_bf16(xp, mlp_norm.const_data_ptr<float>(), R, H, eps, h.data_ptr<BFloat16>());
+  Tensor gu = matmul(h, gu_q, gu_s);
+  const int64_t I = gu.size(1) / 2;
+  Tensor a = at::empty({R, I}, bf);
+  const BFloat16* gp = gu.const_data_ptr<BFloat16>();
+  const float* gb = gu_b.has_value() ? gu_b->const_data_ptr<float>() : nullptr;
+  BFloat16* apm = a.data_ptr<BFloat16>();
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t i = 0; i < I; ++i) {
+      const float g = static_cast<float>(gp[r * 2 * I + i]) + (gb ? gb[i] : 0.0f);
+      const float u = static_cast<float>(gp[r * 2 * I + I + i]) + (gb ? gb[I + i] : 0.0f);
+      apm[r * I + i] = BFloat16(g / (1.0f + std::exp(-g)) * u);
+    }
+  add_into(xp, matmul(a, d_q, d_s), d_b, R, H);
+  return x;
+}
+
+TORCH_LIBRARY(trtspec, lib) {
+  lib.def("decode_layer(Tensor(a!) x, Tensor attn_norm, Tensor mlp_norm, float eps, "
+          "Tensor qkv_q, Tensor qkv_s, Tensor? qkv_b, Tensor o_q, Tensor o_s, Tensor? o_b, "
+          "Tensor gu_q, Tensor gu_s, Tensor? gu_b, Tensor d_q, Tensor d_s, Tensor? d_b, "
+          "Tensor? q_norm, Tensor? k_norm, Tensor(b!) kc, Tensor(c!) vc, int row0, Tensor positions, "
+          "int[] start, Tensor rope, Tensor? mask, int nh, int nkv) -> Tensor(a!)");
+}
+
+TORCH_LIBRARY_IMPL(trtspec, CPU, lib) { lib.impl("decode_layer", &decode_layer); }

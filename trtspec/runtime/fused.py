@@ -55,9 +55,10 @@ def available() -> bool:
     try:
         from torch.utils.cpp_extension import load
 
+        _ninja_on_path()
         name = build_name()
         where = cache_dir() / name
-        where.mkdir(parents=True, exist_ok=True)
+        where.mkdir(parents=True, exist_ok=True, mode=0o700)  # (a shared library is loaded from it: ours only)
         if not any(where.glob(f"{name}*.so")):
             print(f"trtspec: compiling the fused CPU decode kernel into {where} (once per machine, ~30 s)",
                   file=sys.stderr, flush=True)
@@ -68,6 +69,27 @@ def available() -> bool:
         log.warning("trtspec: the fused CPU decode kernel is unavailable (%s); using the torch path",
                     str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__)
         return False
+
+
+def _ninja_on_path() -> None:
+    """torch runs `ninja` from PATH: put the `ninja` package's binary (a dependency) there when it is not."""
+    import shutil
+
+    if shutil.which("ninja"):
+        return
+    try:
+        import ninja
+
+        os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, os.environ.get("PATH", "")])
+    except ImportError:
+        pass
+
+
+def compiler() -> str | None:
+    """The C++ compiler torch's build would run (`$CXX`, else `c++`), if there is one."""
+    import shutil
+
+    return shutil.which(os.environ.get("CXX") or "c++")
 
 
 def main() -> None:

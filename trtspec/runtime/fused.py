@@ -1,17 +1,19 @@
-"""The fused CPU decoder layer of an int8 target (`kernels/decode_layer.cpp`): built once per machine, then one
-call per layer instead of ~60 torch ops.
+"""The fused CPU decoder layer (`kernels/decode_layer.cpp`) of float32 and int8 models: built once per machine,
+then one call per layer instead of ~60 torch ops.
 
-Why: on SmolLM2-135M int8 (2 cores, AVX2) the four int8 matmuls of a layer are ~60 % of a decode step and the
-~60 small ops around them (norms, conversions, RoPE, cache writes, attention, silu) the rest; their arithmetic is
-tiny, their dispatch is not. The kernel does those in plain loops, row by row (so it is row-exact: a verify
-row computes the bits the decode step would), and calls aten::_weight_int8pack_mm for the matmuls.
+Why: on SmolLM2-135M (2 cores, AVX2) the ~60 small ops around a layer's four matmuls (norms, casts, RoPE, cache
+writes, attention, silu) were ~40 % of an int8 decode step and ~25 % of an fp32 one; their arithmetic is tiny,
+their dispatch is not. The kernel does those in plain loops, row by row (so it is row-exact: a verify row
+computes the bits the decode step would), and calls aten::_weight_int8pack_mm (int8, bf16 activations) or
+oneDNN's prepacked linear (float32: the kernel runtime/llama.py's Linear uses) for the matmuls.
 
 How it is built: `torch.utils.cpp_extension.load` (the system's C++ compiler and ninja) into
 `$TRTSPEC_KERNEL_CACHE` (default `~/.cache/trtspec/kernels`), named by the source's hash, the torch version
 and the CPU's flags (it is compiled for this CPU: `-march=native`), so a cached build is never used on another
-CPU or torch; concurrent builds wait on torch's lock. ~20-30 s the first time (`make install` does it), a
+CPU or torch; concurrent builds wait on torch's lock. ~10-30 s the first time (`make install` does it), a
 load after. Where it cannot be built (no compiler), `available()` is False with the reason logged once, and
-the runtime keeps its torch path: same model, same row-exactness, slower. `TRTSPEC_FUSED=0` turns it off.
+the runtime keeps its torch path: same models (float32 within 1e-4, int8 up to bf16 rounding), slower.
+`TRTSPEC_FUSED=0` turns it off.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def build_name() -> str:
 
 @functools.lru_cache(maxsize=1)
 def available() -> bool:
-    """Whether torch.ops.trtspec.decode_layer runs here (building it the first time)."""
+    """Whether torch.ops.trtspec.decode_layer_* run here (building them the first time)."""
     if os.environ.get("TRTSPEC_FUSED", "1") == "0":
         return False
     try:
@@ -64,11 +66,41 @@ def available() -> bool:
                   file=sys.stderr, flush=True)
         load(name=name, sources=[str(SOURCE)], extra_cflags=FLAGS, build_directory=str(where),
              is_python_module=False, verbose=False)
-        return hasattr(torch.ops.trtspec, "decode_layer")
+        return all(hasattr(torch.ops.trtspec, op) for op in ("decode_layer_int8", "decode_layer_f32"))
     except Exception as e:  # noqa: BLE001 — any build failure means: keep the torch path
-        log.warning("trtspec: the fused CPU decode kernel is unavailable (%s); using the torch path",
-                    str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__)
+        log.warning("trtspec: the fused CPU decode kernel is unavailable (%s); using the torch path", _reason(e))
         return False
+
+
+def _reason(e: Exception) -> str:
+    """One line saying why a build failed: the compiler's first error, else the exception's last line."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    first_error = next((ln for ln in lines if "error:" in ln), None)
+    return first_error or (lines[-1] if lines else type(e).__name__)
+
+
+def layer_args(lw, eps: float) -> tuple | None:
+    """(op, weight arguments) running decoder layer `lw` (runtime.llama.LayerWeights) fused, or None where it
+    cannot: no input norm (an EAGLE layer), or linears other than int8 with bf16 activations (all four) or
+    float32 prepacked for oneDNN (all four). Biases are passed as float32."""
+    from trtspec.runtime.llama import Linear
+    from trtspec.runtime.quant import Int8Linear
+
+    lins = (lw.qkv, lw.o, lw.gate_up, lw.down)
+    if lw.attn_norm is None:
+        return None
+    args: list = [lw.attn_norm, lw.mlp_norm, float(eps)]
+    if all(isinstance(x, Int8Linear) and x.s.dtype == torch.bfloat16 for x in lins):
+        name = "decode_layer_int8"
+        for x in lins:
+            args += [x.q, x.s, None if x.b is None else x.b.float()]
+    elif all(isinstance(x, Linear) and x.w.dtype == torch.float32 and x.packed is not None for x in lins):
+        name, unused = "decode_layer_f32", torch.empty(0)
+        for x in lins:
+            args += [x.packed, unused, x.b]
+    else:
+        return None
+    return name, tuple(args) + (lw.q_norm, lw.k_norm)
 
 
 def _ninja_on_path() -> None:

@@ -10,9 +10,9 @@ them (`ROPE_TYPES`), whose frequencies transformers' own rope functions compute 
 How it runs: one forward over a batch of rows, each row writing its new tokens' K/V at its own slots of a
 pre-allocated static cache (`KVCache`, [layers, batch, kv_heads, max_seq, head_dim]) and attending through an
 explicit boolean mask — a causal chain, a padded batch or a draft tree all use the same path. The caller owns
-the per-row lengths (see `cache.py`), so rejecting draft tokens is just moving a length pointer back. An int8
-target's layers (runtime/quant.py) run passes of up to EXACT_MAX_ROWS rows through one fused CPU kernel call
-each instead (`_fused_hidden`, runtime/fused.py), where it builds.
+the per-row lengths (see `cache.py`), so rejecting draft tokens is just moving a length pointer back. On CPU,
+float32 and int8 layers (runtime/quant.py) run passes of up to EXACT_MAX_ROWS rows through one fused kernel
+call each instead (`_fused_hidden`, runtime/fused.py), where it builds: row-exact by construction.
 
 dtype: weights are stored in the checkpoint's dtype and cast to the *compute* dtype at load. On CPU the compute
 dtype is float32 whatever `spec.model.dtype` says (fp32 is what the logits tests check); the matmul weights are
@@ -271,6 +271,7 @@ class Llama:
         if self.num_params * bytes_per > ONEDNN_SINGLE_ROW_BYTES:
             self.use_onednn_single_row(True)
         self.set_max_seq(max_seq)
+        self.prepare_fused()
 
     def make_row_exact(self) -> None:
         """Row-exact forward passes: attention row by row (`exact_attention`) and one kernel for any number of
@@ -368,7 +369,7 @@ class Llama:
         """`hidden` through the fused CPU kernel, one call per layer (runtime/fused.py): row-exact itself."""
         B, T = positions.shape
         S = mask.shape[-1] if mask is not None else start[0] + T
-        c, op = self.cfg, torch.ops.trtspec.decode_layer
+        c = self.cfg
         h = x.reshape(B * T, c.hidden_size).clone()  # the kernel updates it in place: never the caller's tensor
         pos = positions.contiguous()
         masks: dict[int | None, torch.Tensor | None] = {}
@@ -376,35 +377,30 @@ class Llama:
             if lw.window not in masks:
                 m = mask if lw.window is None else window_mask(mask, positions, start, S, lw.window)
                 masks[lw.window] = None if m is None else m[:, 0].contiguous()
-            op(h, *lw.fused, cache.k[i], cache.v[i], row0, pos, start, self.rope, masks[lw.window],
+            op, args = lw.fused
+            op(h, *args, cache.k[i], cache.v[i], row0, pos, start, self.rope, masks[lw.window],
                c.num_heads, c.num_kv_heads)
             if capture is not None and i in self.capture_layers:
                 capture[i] = h.view(B, T, -1).clone()
         return h.view(B, T, -1)
 
     def prepare_fused(self) -> bool:
-        """Run this model's decoder layers through the fused CPU kernel where it can (CPU, float32, every
-        layer's linears int8 with bf16 activations and an input norm) and the kernel builds here; returns
-        whether it does."""
+        """Run this model's decoder layers through the fused CPU kernel (runtime/fused.py) where it can: on
+        CPU in float32, every layer with an input norm and its four linears either int8 (bf16 activations) or
+        float32 prepacked for oneDNN, and the kernel builds here. Called at load and again whenever the
+        linears are replaced (runtime/quant.py); returns whether the layers run fused."""
         from trtspec.runtime import fused
-        from trtspec.runtime.quant import Int8Linear
 
-        def args(lw: LayerWeights) -> tuple | None:
-            lins = (lw.qkv, lw.o, lw.gate_up, lw.down)
-            if lw.attn_norm is None or not all(isinstance(x, Int8Linear) and x.s.dtype == torch.bfloat16
-                                               for x in lins):
-                return None
-            out: list = [lw.attn_norm, lw.mlp_norm, self.cfg.rms_norm_eps]
-            for x in lins:
-                out += [x.q, x.s, None if x.b is None else x.b.float()]
-            return tuple(out) + (lw.q_norm, lw.k_norm)
-
-        eligible = (self.device.type == "cpu" and self.dtype == torch.float32 and self.cfg.head_dim % 2 == 0
-                    and all(args(lw) is not None for lw in self.layers))
-        if not (eligible and fused.available()):
-            return False
         for lw in self.layers:
-            lw.fused = args(lw)
+            lw.fused = None
+        if not (self.device.type == "cpu" and self.dtype == torch.float32 and self.cfg.head_dim % 2 == 0):
+            return False
+        plan = [fused.layer_args(lw, self.cfg.rms_norm_eps) for lw in self.layers]
+        if not plan or any(p is None for p in plan) or not fused.available():
+            return False
+        for lw, (name, args) in zip(self.layers, plan):
+            lw.fused = (getattr(torch.ops.trtspec, name), args)
+        self.use_onednn_single_row(True)  # the head too: one kernel for any number of rows, so logits stay row-exact
         return True
 
     def block(self, x, w: LayerWeights, kc, vc, cos, sin, write, mask, B, T, S, row0, keys=None):

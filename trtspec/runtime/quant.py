@@ -128,8 +128,7 @@ def quantize_llama(model: Llama, mode: str) -> int:
             setattr(lw, field, quantize_linear(getattr(lw, field), mode))
             n += 1
     model.head = quantize_linear(model.head, mode)
-    if mode == "int8":
-        model.prepare_fused()  # its layers then run through the fused CPU kernel, where it builds
+    model.prepare_fused()  # the new linears, through the fused CPU kernel where it builds
     return n + 1
 
 

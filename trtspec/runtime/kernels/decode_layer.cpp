@@ -1,17 +1,20 @@
-// One Llama-family decoder layer of an int8 (weight-only) target on CPU, for the short passes of decoding
+// One Llama-family decoder layer on CPU, of an int8 (weight-only) or a float32 target, for the short passes of decoding
 // (a decode step, a verify pass, a batched decode step): what runtime/llama.py's `block` computes, in one call
 // instead of ~60 small torch ops (their dispatch, not their arithmetic, was ~40 % of a SmolLM2 decode step).
 //
 // Row-exact by construction: every row (b, t) is normed, rotated, attended and activated by the same loops on
 // its own data; attention reads exactly the cache slots the mask lets it see, in slot order, so a verify row
 // and the decode step that would produce the same token compute the same bits. The four matmuls are
-// aten::_weight_int8pack_mm (bf16 activations), which is row-independent itself.
+// aten::_weight_int8pack_mm (int8, bf16 activations) or oneDNN's prepacked linear (float32), both
+// row-independent themselves.
 //
 // Shapes: x [R = B*T, H] float32 (the residual stream, updated and returned); cache layers kc, vc
 // [rows, Hkv, max_seq, D] float32; rope [max_seq, 2D] (cos | sign-folded sin); positions [B, T] int64;
 // start[b] = first slot of row b's T new entries; mask [B, T, S] bool or undefined (one row: a causal chain).
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/_weight_int8pack_mm.h>
 #include <ATen/ops/empty.h>
@@ -44,22 +47,38 @@ inline float inv_rms(const float* x, int64_t n, double eps) {
   return 1.0f / std::sqrt(dot(x, x, n) / static_cast<float>(n) + static_cast<float>(eps));
 }
 
-// y[r] = bf16(x[r] * inv_rms(x[r]) * w)
-void rms_to_bf16(const float* x, const float* w, int64_t R, int64_t H, double eps, BFloat16* y) {
+// y[r] = A(x[r] * inv_rms(x[r]) * w)
+template <typename A>
+void rms_to(const float* x, const float* w, int64_t R, int64_t H, double eps, A* y) {
   for (int64_t r = 0; r < R; ++r) {
     const float* xr = x + r * H;
     const float s = inv_rms(xr, H, eps);
-    for (int64_t i = 0; i < H; ++i) y[r * H + i] = BFloat16(xr[i] * s * w[i]);
+    for (int64_t i = 0; i < H; ++i) y[r * H + i] = A(xr[i] * s * w[i]);
   }
 }
 
-Tensor matmul(const Tensor& xb, const Tensor& q, const Tensor& s) {
-  return at::_weight_int8pack_mm(xb, q, s);
+// The matmuls: x [R, K] (activations A) times a weight [N, K]: int8 per channel (w, scales s; bf16 activations),
+// or a float32 weight prepacked for oneDNN (w; s unused), the kernel runtime/llama.py's Linear calls. Both are
+// row-independent: a row's result does not depend on the rows beside it.
+Tensor int8_mm(const Tensor& x, const Tensor& w, const Tensor& s) { return at::_weight_int8pack_mm(x, w, s); }
+
+Tensor onednn_mm(const Tensor& x, const Tensor& w, const Tensor&) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+  torch::jit::Stack stack;
+  stack.emplace_back(x);
+  stack.emplace_back(w);
+  stack.emplace_back(c10::IValue());  // no bias: the layer adds its biases itself
+  stack.emplace_back(std::string("none"));
+  stack.emplace_back(c10::List<c10::optional<at::Scalar>>());
+  stack.emplace_back(std::string(""));
+  op.callBoxed(&stack);
+  return stack[0].toTensor();
 }
 
 // x[r] += float(y[r]) (+ bias)
+template <typename A>
 void add_into(float* x, const Tensor& y, const c10::optional<Tensor>& bias, int64_t R, int64_t H) {
-  const BFloat16* yp = y.const_data_ptr<BFloat16>();
+  const A* yp = y.const_data_ptr<A>();
   const float* b = bias.has_value() ? bias->const_data_ptr<float>() : nullptr;
   for (int64_t r = 0; r < R; ++r)
     for (int64_t i = 0; i < H; ++i)
@@ -68,6 +87,7 @@ void add_into(float* x, const Tensor& y, const c10::optional<Tensor>& bias, int6
 
 }  // namespace
 
+template <typename A, Tensor (*matmul)(const Tensor&, const Tensor&, const Tensor&)>
 Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, double eps,
                     const Tensor& qkv_q, const Tensor& qkv_s, const c10::optional<Tensor>& qkv_b,
                     const Tensor& o_q, const Tensor& o_s, const c10::optional<Tensor>& o_b,
@@ -99,13 +119,13 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
   }
   TORCH_CHECK(S <= maxS, "mask wider than the cache");
   float* xp = x.data_ptr<float>();
-  const auto bf = x.options().dtype(at::kBFloat16);
+  const auto bf = x.options().dtype(c10::CppTypeToScalarType<A>::value);  // the activations' dtype
 
   // attention input: norm, q/k/v, (q/k norm), RoPE, K/V into the cache
   Tensor h = at::empty({R, H}, bf);
-  rms_to_bf16(xp, attn_norm.const_data_ptr<float>(), R, H, eps, h.data_ptr<BFloat16>());
+  rms_to<A>(xp, attn_norm.const_data_ptr<float>(), R, H, eps, h.data_ptr<A>());
   Tensor qkv = matmul(h, qkv_q, qkv_s);
-  const BFloat16* qkvp = qkv.const_data_ptr<BFloat16>();
+  const A* qkvp = qkv.const_data_ptr<A>();
   const float* qkvb = qkv_b.has_value() ? qkv_b->const_data_ptr<float>() : nullptr;
   std::vector<float> q(R * nq), tmp(D);
   const int64_t* pos = positions.const_data_ptr<int64_t>();
@@ -118,7 +138,7 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
     const int64_t b = r / T, t = r % T, slot = start[b] + t;
     TORCH_CHECK(slot < maxS && pos[r] >= 0 && pos[r] < rope.size(0), "cache slot or position out of range");
     const float* cs = rp + pos[r] * 2 * D;  // cos, then sin
-    const BFloat16* src = qkvp + r * (nq + 2 * nk);
+    const A* src = qkvp + r * (nq + 2 * nk);
     for (int64_t hd = 0; hd < nh + nkv; ++hd) {  // q heads, then k heads: norm (Qwen3) and rotate
       for (int64_t d = 0; d < D; ++d) {
         const int64_t c = hd * D + d;
@@ -143,7 +163,7 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
 
   // attention: each (row, head) on the slots it sees, in slot order; heads of all rows in parallel
   Tensor att = at::empty({R, nq}, bf);
-  BFloat16* ap = att.data_ptr<BFloat16>();
+  A* ap = att.data_ptr<A>();
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   at::parallel_for(0, R * nh, 1, [&](int64_t lo, int64_t hi) {
     std::vector<float> p(S), o(D);
@@ -175,37 +195,40 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
         const float* vr = vcp + (base + seen[i]) * D;
         for (int64_t d = 0; d < D; ++d) o[d] += p[i] * vr[d];
       }
-      BFloat16* out = ap + r * nq + hd * D;
+      A* out = ap + r * nq + hd * D;
       const float inv = n ? 1.0f / sum : 0.0f;
-      for (int64_t d = 0; d < D; ++d) out[d] = BFloat16(o[d] * inv);
+      for (int64_t d = 0; d < D; ++d) out[d] = A(o[d] * inv);
     }
   });
-  add_into(xp, matmul(att, o_q, o_s), o_b, R, H);
+  add_into<A>(xp, matmul(att, o_q, o_s), o_b, R, H);
 
   // MLP: norm, gate/up, silu(gate) * up, down
-  rms_to_bf16(xp, mlp_norm.const_data_ptr<float>(), R, H, eps, h.data_ptr<BFloat16>());
+  rms_to<A>(xp, mlp_norm.const_data_ptr<float>(), R, H, eps, h.data_ptr<A>());
   Tensor gu = matmul(h, gu_q, gu_s);
   const int64_t I = gu.size(1) / 2;
   Tensor a = at::empty({R, I}, bf);
-  const BFloat16* gp = gu.const_data_ptr<BFloat16>();
+  const A* gp = gu.const_data_ptr<A>();
   const float* gb = gu_b.has_value() ? gu_b->const_data_ptr<float>() : nullptr;
-  BFloat16* apm = a.data_ptr<BFloat16>();
+  A* apm = a.data_ptr<A>();
   for (int64_t r = 0; r < R; ++r)
     for (int64_t i = 0; i < I; ++i) {
       const float g = static_cast<float>(gp[r * 2 * I + i]) + (gb ? gb[i] : 0.0f);
       const float u = static_cast<float>(gp[r * 2 * I + I + i]) + (gb ? gb[I + i] : 0.0f);
-      apm[r * I + i] = BFloat16(g / (1.0f + std::exp(-g)) * u);
+      apm[r * I + i] = A(g / (1.0f + std::exp(-g)) * u);
     }
-  add_into(xp, matmul(a, d_q, d_s), d_b, R, H);
+  add_into<A>(xp, matmul(a, d_q, d_s), d_b, R, H);
   return x;
 }
 
+// Registered for every backend (catch-all): a oneDNN-prepacked weight may carry another dispatch key than CPU.
 TORCH_LIBRARY(trtspec, lib) {
-  lib.def("decode_layer(Tensor(a!) x, Tensor attn_norm, Tensor mlp_norm, float eps, "
-          "Tensor qkv_q, Tensor qkv_s, Tensor? qkv_b, Tensor o_q, Tensor o_s, Tensor? o_b, "
-          "Tensor gu_q, Tensor gu_s, Tensor? gu_b, Tensor d_q, Tensor d_s, Tensor? d_b, "
-          "Tensor? q_norm, Tensor? k_norm, Tensor(b!) kc, Tensor(c!) vc, int row0, Tensor positions, "
-          "int[] start, Tensor rope, Tensor? mask, int nh, int nkv) -> Tensor(a!)");
+  // int8: *_q int8 weights, *_s their bf16 scales; float32: *_q oneDNN-prepacked weights, *_s unused (empty)
+  const std::string args =
+      "(Tensor(a!) x, Tensor attn_norm, Tensor mlp_norm, float eps, "
+      "Tensor qkv_q, Tensor qkv_s, Tensor? qkv_b, Tensor o_q, Tensor o_s, Tensor? o_b, "
+      "Tensor gu_q, Tensor gu_s, Tensor? gu_b, Tensor d_q, Tensor d_s, Tensor? d_b, "
+      "Tensor? q_norm, Tensor? k_norm, Tensor(b!) kc, Tensor(c!) vc, int row0, Tensor positions, "
+      "int[] start, Tensor rope, Tensor? mask, int nh, int nkv) -> Tensor(a!)";
+  lib.def(("decode_layer_int8" + args).c_str(), &decode_layer<BFloat16, int8_mm>);
+  lib.def(("decode_layer_f32" + args).c_str(), &decode_layer<float, onednn_mm>);
 }
-
-TORCH_LIBRARY_IMPL(trtspec, CPU, lib) { lib.impl("decode_layer", &decode_layer); }

@@ -124,3 +124,12 @@ def test_outputs_have_the_modes_a_plain_mkdir_gives(family, tmp_path, umask, dir
         for p in root.rglob("*"):
             assert stat.S_IMODE(p.stat().st_mode) == (dirs if p.is_dir() else files), p
     assert stat.S_IMODE((tmp_path / "engines" / spec.name / LOCK_NAME).stat().st_mode) == files
+
+
+def test_a_cpu_build_compiles_the_fused_kernel_so_the_server_does_not(family, tmp_path, monkeypatch):
+    from trtspec.runtime import fused
+
+    calls = []
+    monkeypatch.setattr(fused, "available", lambda: calls.append(1) or True)
+    build(load_spec(write_spec(family, "none")), _opts(tmp_path))
+    assert calls == [1]

@@ -210,5 +210,9 @@ def build(spec: Spec, options: BuildOptions, *, runtime: str) -> BuildResult:
             repository=repo.to_dict() | {"root": str(repo_dir), "files": hash_tree(tmp_repo)},
             spec=spec.to_dict())
         write_json(tmp_engine / LOCK_NAME, lock)
+    if spec.runtime.device == "cpu":  # the fused CPU kernel, compiled now (once per machine) rather than at model load
+        from trtspec.runtime import fused
+
+        fused.available()
     return BuildResult(runtime=runtime, engines=engines, repository=str(repo_dir), lock=str(lock_path),
                        rebuilt=list(role_dirs), skipped=[], seconds=time.perf_counter() - start, reason=reason)

@@ -10,10 +10,10 @@ oneDNN's prepacked linear (float32: the kernel runtime/llama.py's Linear uses) f
 How it is built: `torch.utils.cpp_extension.load` (the system's C++ compiler and ninja) into
 `$TRTSPEC_KERNEL_CACHE` (default `~/.cache/trtspec/kernels`), named by the source's hash, the torch version
 and the CPU's flags (it is compiled for this CPU: `-march=native`), so a cached build is never used on another
-CPU or torch; concurrent builds wait on torch's lock. ~10-30 s the first time (`make install` does it), a
-load after. Where it cannot be built (no compiler), `available()` is False with the reason logged once, and
-the runtime keeps its torch path: same models (float32 within 1e-4, int8 up to bf16 rounding), slower.
-`TRTSPEC_FUSED=0` turns it off.
+CPU or torch; concurrent builds wait on torch's lock. ~10-30 s the first time (`make install` and a CPU
+`trtspec build` do it, so a server does not compile at model load), a load after. Where it cannot be built (no
+compiler), `available()` is False with the reason logged once, and the runtime keeps its torch path: same
+models (float32 within 1e-4, int8 up to bf16 rounding), slower. `TRTSPEC_FUSED=0` turns it off.
 """
 
 from __future__ import annotations

@@ -156,3 +156,22 @@ def test_turned_off_or_unbuildable_it_leaves_the_torch_path(arch, monkeypatch, c
             assert _run(m, ids, 10).shape == (20, models.family.VOCAB)
     finally:
         fused.available.cache_clear()
+
+
+@torch.inference_mode()
+def test_the_kernel_refuses_rows_slots_and_positions_outside_its_tensors(arch, kind):
+    m = _model(arch, kind)
+    op, args = m.layers[0].fused
+    cache, c = m.new_cache(1, MAX), m.cfg
+
+    def call(row0=0, start=0, pos=0):
+        op(torch.zeros(1, c.hidden_size), *args, cache.k[0], cache.v[0], row0, torch.tensor([[pos]]), [start],
+           m.rope, None, c.num_heads, c.num_kv_heads)
+
+    call()  # in range: runs
+    with pytest.raises(RuntimeError, match="rows outside the cache"):
+        call(row0=1)
+    with pytest.raises(RuntimeError, match="wider than the cache"):
+        call(start=MAX)
+    with pytest.raises(RuntimeError, match="out of range"):
+        call(pos=m.rope.shape[0])

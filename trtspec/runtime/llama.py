@@ -180,7 +180,7 @@ class LayerWeights:
     q_norm: torch.Tensor | None = None  # [head_dim] RMSNorm weights on q and k (Qwen3)
     k_norm: torch.Tensor | None = None
     window: int | None = None  # sliding attention window of this layer (Mistral, Qwen2/3)
-    fused: tuple | None = None  # the fused CPU kernel's weight arguments (runtime/fused.py), when it runs this layer
+    fused: tuple | None = None  # (the fused CPU kernel's op, its weight arguments) when it runs this layer (fused.py)
 
 
 def layer_from_hf(w: dict[str, torch.Tensor], prefix: str, cfg: ModelConfig, dtype, device, *,
@@ -346,7 +346,7 @@ class Llama:
         layers in capture_layers."""
         B, T = positions.shape
         layers = layers if layers is not None else self.layers
-        if T <= EXACT_MAX_ROWS and all(lw.fused is not None for lw in layers):
+        if T <= EXACT_MAX_ROWS and x.dtype == torch.float32 and all(lw.fused is not None for lw in layers):
             return self._fused_hidden(x, cache, positions, start, mask, row0, layers, capture)
         S = mask.shape[-1] if mask is not None else start[0] + T
         cos, sin = F.embedding(positions, self.rope).unsqueeze(2).chunk(2, dim=-1)

@@ -75,9 +75,17 @@ Tensor onednn_mm(const Tensor& x, const Tensor& w, const Tensor&) {
   return stack[0].toTensor();
 }
 
+// a matmul's result as the loops read it: [R, N] contiguous, and its bias (if any) [N] float32
+const Tensor& checked(const Tensor& y, int64_t R, int64_t N, const c10::optional<Tensor>& bias) {
+  TORCH_CHECK(y.dim() == 2 && y.size(0) == R && y.size(1) == N && y.is_contiguous(), "matmul result shape");
+  TORCH_CHECK(!bias.has_value() || (bias->numel() == N && bias->scalar_type() == at::kFloat), "bias: [N] float32");
+  return y;
+}
+
 // x[r] += float(y[r]) (+ bias)
 template <typename A>
 void add_into(float* x, const Tensor& y, const c10::optional<Tensor>& bias, int64_t R, int64_t H) {
+  checked(y, R, H, bias);
   const A* yp = y.const_data_ptr<A>();
   const float* b = bias.has_value() ? bias->const_data_ptr<float>() : nullptr;
   for (int64_t r = 0; r < R; ++r)
@@ -105,6 +113,16 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
   TORCH_CHECK(rope.scalar_type() == at::kFloat && rope.is_contiguous(), "rope: float32, contiguous");
   const int64_t D = kc.size(3), maxS = kc.size(2), n_rep = nh / nkv, nq = nh * D, nk = nkv * D;
   TORCH_CHECK(qkv_q.size(0) == nq + 2 * nk, "qkv weight does not match the heads");
+  // every pointer below stays inside its tensor: the shapes are checked here, not trusted
+  TORCH_CHECK(kc.dim() == 4 && kc.sizes() == vc.sizes() && vc.scalar_type() == at::kFloat && kc.size(1) == nkv &&
+              nkv > 0 && nh % nkv == 0 && D % 2 == 0, "cache layers: [rows, kv_heads, max_seq, head_dim]");
+  TORCH_CHECK(row0 >= 0 && row0 + B <= kc.size(0), "rows outside the cache");
+  TORCH_CHECK(rope.dim() == 2 && rope.size(1) == 2 * D, "rope: [max_seq, 2 * head_dim]");
+  TORCH_CHECK(attn_norm.numel() == H && mlp_norm.numel() == H && attn_norm.scalar_type() == at::kFloat &&
+              mlp_norm.scalar_type() == at::kFloat, "norm weights: [hidden] float32");
+  TORCH_CHECK((!q_norm.has_value() || q_norm->numel() == D) && (!k_norm.has_value() || k_norm->numel() == D),
+              "q/k norm weights: [head_dim]");
+  for (int64_t b = 0; b < B; ++b) TORCH_CHECK(start[b] >= 0, "negative start slot");
   const int64_t half = D / 2;
   int64_t S = 0;  // cache slots a query may see: the mask's width, or the chain's end
   for (int64_t b = 0; b < B; ++b) S = std::max(S, start[b] + T);
@@ -124,7 +142,7 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
   // attention input: norm, q/k/v, (q/k norm), RoPE, K/V into the cache
   Tensor h = at::empty({R, H}, bf);
   rms_to<A>(xp, attn_norm.const_data_ptr<float>(), R, H, eps, h.data_ptr<A>());
-  Tensor qkv = matmul(h, qkv_q, qkv_s);
+  const Tensor qkv = checked(matmul(h, qkv_q, qkv_s), R, nq + 2 * nk, qkv_b);
   const A* qkvp = qkv.const_data_ptr<A>();
   const float* qkvb = qkv_b.has_value() ? qkv_b->const_data_ptr<float>() : nullptr;
   std::vector<float> q(R * nq), tmp(D);
@@ -204,8 +222,9 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
 
   // MLP: norm, gate/up, silu(gate) * up, down
   rms_to<A>(xp, mlp_norm.const_data_ptr<float>(), R, H, eps, h.data_ptr<A>());
-  Tensor gu = matmul(h, gu_q, gu_s);
+  const Tensor gu = matmul(h, gu_q, gu_s);
   const int64_t I = gu.size(1) / 2;
+  checked(gu, R, 2 * I, gu_b);
   Tensor a = at::empty({R, I}, bf);
   const A* gp = gu.const_data_ptr<A>();
   const float* gb = gu_b.has_value() ? gu_b->const_data_ptr<float>() : nullptr;

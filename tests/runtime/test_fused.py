@@ -175,3 +175,21 @@ def test_the_kernel_refuses_rows_slots_and_positions_outside_its_tensors(arch, k
         call(start=MAX)
     with pytest.raises(RuntimeError, match="out of range"):
         call(pos=m.rope.shape[0])
+
+
+def test_the_build_dir_is_private_and_falls_back_to_the_temp_dir(tmp_path, monkeypatch):
+    import os
+    import tempfile
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(OSError, match="not a private directory"):
+        fused.private_dir(shared)
+    monkeypatch.setenv("TRTSPEC_KERNEL_CACHE", str(shared))  # anyone could swap a build dir inside it
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    d = fused.build_dir("trtspec_fused_x")
+    assert d == tmp_path / "tmp" / f"trtspec-kernels-{os.getuid()}" / "trtspec_fused_x"
+    assert d.stat().st_mode & 0o777 == 0o700
+    monkeypatch.setenv("TRTSPEC_KERNEL_CACHE", str(tmp_path / "mine"))
+    assert fused.build_dir("trtspec_fused_x") == tmp_path / "mine" / "trtspec_fused_x"

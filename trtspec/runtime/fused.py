@@ -7,8 +7,9 @@ their dispatch is not. The kernel does those in plain loops, row by row (so it i
 computes the bits the decode step would), and calls aten::_weight_int8pack_mm (int8, bf16 activations) or
 oneDNN's prepacked linear (float32: the kernel runtime/llama.py's Linear uses) for the matmuls.
 
-How it is built: `torch.utils.cpp_extension.load` (the system's C++ compiler and ninja) into
-`$TRTSPEC_KERNEL_CACHE` (default `~/.cache/trtspec/kernels`), named by the source's hash, the torch version
+How it is built: `torch.utils.cpp_extension.load` (the system's C++ compiler and ninja) into a private (0700)
+directory under `$TRTSPEC_KERNEL_CACHE` (default `$XDG_CACHE_HOME` or `~/.cache`, then `trtspec/kernels`; the
+temp dir, per user, where that is not writable), named by the source's hash, the torch version
 and the CPU's flags (it is compiled for this CPU: `-march=native`), so a cached build is never used on another
 CPU or torch; concurrent builds wait on torch's lock. ~10-30 s the first time (`make install` and a CPU
 `trtspec build` do it, so a server does not compile at model load), a load after. Where it cannot be built (no
@@ -23,6 +24,7 @@ import hashlib
 import logging
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -33,7 +35,35 @@ FLAGS = ["-O3", "-march=native", "-std=c++17"]
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("TRTSPEC_KERNEL_CACHE") or Path.home() / ".cache" / "trtspec" / "kernels")
+    """Where builds go: $TRTSPEC_KERNEL_CACHE, else $XDG_CACHE_HOME (default ~/.cache)/trtspec/kernels."""
+    if os.environ.get("TRTSPEC_KERNEL_CACHE"):
+        return Path(os.environ["TRTSPEC_KERNEL_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trtspec" / "kernels"
+
+
+def private_dir(path: Path) -> Path:
+    """`path`, created 0700 if missing; refused (OSError) unless it is ours and nobody else may write to it: a
+    shared library is loaded from it."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st, parent = path.stat(), path.parent.stat()
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise OSError(f"{path} is not a private directory of this user (owner uid {st.st_uid}, "
+                      f"mode {st.st_mode & 0o777:o})")
+    if parent.st_mode & 0o002 and not parent.st_mode & 0o1000:  # others could rename it away (no sticky bit)
+        raise OSError(f"{path.parent} is writable by everyone")
+    return path
+
+
+def build_dir(name: str) -> Path:
+    """The build's private directory: under cache_dir(), or (a read-only or unusable home, as in some CI
+    containers) under the temp dir, per user."""
+    try:
+        return private_dir(cache_dir() / name)
+    except OSError as e:
+        fallback = Path(tempfile.gettempdir()) / f"trtspec-kernels-{os.getuid()}"
+        log.info("trtspec: %s; building the fused kernel under %s", e, fallback)
+        private_dir(fallback)
+        return private_dir(fallback / name)
 
 
 def build_name() -> str:
@@ -59,8 +89,7 @@ def available() -> bool:
 
         _ninja_on_path()
         name = build_name()
-        where = cache_dir() / name
-        where.mkdir(parents=True, exist_ok=True, mode=0o700)  # (a shared library is loaded from it: ours only)
+        where = build_dir(name)
         if not any(where.glob(f"{name}*.so")):
             print(f"trtspec: compiling the fused CPU decode kernel into {where} (once per machine, ~30 s)",
                   file=sys.stderr, flush=True)
@@ -128,7 +157,7 @@ def main() -> None:
     """`python -m trtspec.runtime.fused`: build (or find) the kernel; exit 1 if it cannot be built."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     ok = available()
-    print(f"fused CPU decode kernel: {'ready' if ok else 'unavailable'} ({cache_dir() / build_name()})")
+    print(f"fused CPU decode kernel: {'ready' if ok else 'unavailable'} (under {cache_dir()})")
     sys.exit(0 if ok else 1)
 
 

@@ -111,11 +111,11 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
   TORCH_CHECK(B * T == R && static_cast<int64_t>(start.size()) == B, "positions/start do not match x");
   TORCH_CHECK(positions.scalar_type() == at::kLong && positions.is_contiguous(), "positions: int64, contiguous");
   TORCH_CHECK(rope.scalar_type() == at::kFloat && rope.is_contiguous(), "rope: float32, contiguous");
-  const int64_t D = kc.size(3), maxS = kc.size(2), n_rep = nh / nkv, nq = nh * D, nk = nkv * D;
-  TORCH_CHECK(qkv_q.size(0) == nq + 2 * nk, "qkv weight does not match the heads");
   // every pointer below stays inside its tensor: the shapes are checked here, not trusted
   TORCH_CHECK(kc.dim() == 4 && kc.sizes() == vc.sizes() && vc.scalar_type() == at::kFloat && kc.size(1) == nkv &&
-              nkv > 0 && nh % nkv == 0 && D % 2 == 0, "cache layers: [rows, kv_heads, max_seq, head_dim]");
+              nkv > 0 && nh % nkv == 0 && kc.size(3) % 2 == 0, "cache layers: [rows, kv_heads, max_seq, head_dim]");
+  const int64_t D = kc.size(3), maxS = kc.size(2), n_rep = nh / nkv, nq = nh * D, nk = nkv * D;
+  TORCH_CHECK(qkv_q.size(0) == nq + 2 * nk, "qkv weight does not match the heads");
   TORCH_CHECK(row0 >= 0 && row0 + B <= kc.size(0), "rows outside the cache");
   TORCH_CHECK(rope.dim() == 2 && rope.size(1) == 2 * D, "rope: [max_seq, 2 * head_dim]");
   TORCH_CHECK(attn_norm.numel() == H && mlp_norm.numel() == H && attn_norm.scalar_type() == at::kFloat &&

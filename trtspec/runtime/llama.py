@@ -351,12 +351,10 @@ class Llama:
         S = mask.shape[-1] if mask is not None else start[0] + T
         cos, sin = F.embedding(positions, self.rope).unsqueeze(2).chunk(2, dim=-1)
         write = _writer(start, T, B, row0, self.device)
-        masks: dict[int | None, torch.Tensor | None] = {None: mask}
+        masks = layer_masks(layers, mask, positions, start, S)
         exact = self.exact_attention and mask is not None and T <= EXACT_MAX_ROWS  # (not a long prefill)
         keys: dict[int | None, list | None] = {}
         for i, lw in enumerate(layers):
-            if lw.window not in masks:
-                masks[lw.window] = window_mask(mask, positions, start, S, lw.window)
             if lw.window not in keys:
                 keys[lw.window] = exact_keys(masks[lw.window]) if exact else None
             x = self.block(x, lw, cache.k[i], cache.v[i], cos, sin, write, masks[lw.window], B, T, S, row0,
@@ -372,11 +370,9 @@ class Llama:
         c = self.cfg
         h = x.reshape(B * T, c.hidden_size).clone()  # the kernel updates it in place: never the caller's tensor
         pos = positions.contiguous()
-        masks: dict[int | None, torch.Tensor | None] = {}
+        masks = {w: None if m is None else m[:, 0].contiguous()  # ([B, T, S]: the kernel's layout)
+                 for w, m in layer_masks(layers, mask, positions, start, S).items()}
         for i, lw in enumerate(layers):
-            if lw.window not in masks:
-                m = mask if lw.window is None else window_mask(mask, positions, start, S, lw.window)
-                masks[lw.window] = None if m is None else m[:, 0].contiguous()
             op, args = lw.fused
             op(h, *args, cache.k[i], cache.v[i], row0, pos, start, self.rope, masks[lw.window],
                c.num_heads, c.num_kv_heads)
@@ -456,6 +452,16 @@ def _attend_one(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, row: int, s
     else:
         k, v = kc[row:row + 1, :, sel], vc[row:row + 1, :, sel]
     return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
+
+
+def layer_masks(layers: list[LayerWeights], mask: torch.Tensor | None, positions: torch.Tensor, start: list[int],
+                S: int) -> dict[int | None, torch.Tensor | None]:
+    """The mask of each attention window the layers use (None: no window, `mask` itself), made once."""
+    masks: dict[int | None, torch.Tensor | None] = {None: mask}
+    for lw in layers:
+        if lw.window not in masks:
+            masks[lw.window] = window_mask(mask, positions, start, S, lw.window)
+    return masks
 
 
 def window_mask(mask: torch.Tensor | None, positions: torch.Tensor, start: list[int], S: int,

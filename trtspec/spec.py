@@ -220,7 +220,8 @@ class TorchRuntime(_Strict):
     row_exact: bool | None = Field(None, description="row-exact target passes: each verified row computes as a "
                                    "one-row decode step would (same bits; ~5-8 % slower speculation); default: on "
                                    "for a quantized target, off for float ones (their rows differ by ~1e-5 in "
-                                   "the logits: only near-ties could flip); the fused CPU kernel's passes are row-exact either way")
+                                   "the logits: only near-ties could flip); the fused CPU kernel's passes are "
+                                   "row-exact either way")
 
 
 class TrtllmRuntime(_Strict):

@@ -23,6 +23,7 @@ import functools
 import hashlib
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -134,8 +135,6 @@ def layer_args(lw, eps: float) -> tuple | None:
 
 def _ninja_on_path() -> None:
     """torch runs `ninja` from PATH: put the `ninja` package's binary (a dependency) there when it is not."""
-    import shutil
-
     if shutil.which("ninja"):
         return
     try:
@@ -148,8 +147,6 @@ def _ninja_on_path() -> None:
 
 def compiler() -> str | None:
     """The C++ compiler torch's build would run (`$CXX`, else `c++`), if there is one."""
-    import shutil
-
     return shutil.which(os.environ.get("CXX") or "c++")
 
 

@@ -80,7 +80,7 @@ def percentiles(values: list[float], qs: tuple[int, ...] = (50, 90, 99)) -> dict
 
 def server_rss(server) -> tuple[float, int]:
     """(MB resident, processes) of the server and its stub processes, from /proc/<pid>/status."""
-    from trtspec.serve.server import find_stubs
+    from trtspec.serve.processes import find_stubs
 
     total, count = 0, 0
     for pid in [server.pid, *find_stubs(server.shm_prefix)]:

@@ -336,7 +336,7 @@ def test_build_cli_json(family, tmp_path):
 
 def test_client_connection_refused_is_one_clear_line():
     from trtspec.client import generate_remote
-    from trtspec.serve.server import free_port
+    from trtspec.serve.endpoints import free_port
 
     with pytest.raises(ClientError, match="cannot reach Triton") as info:
         generate_remote(f"localhost:{free_port()}", "hi", max_tokens=4, timeout=5)

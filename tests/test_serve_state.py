@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from tests.support import DEMO
 from trtspec.cli import main
-from trtspec.serve.server import is_our_server, proc_cmdline, proc_start_time
+from trtspec.serve.processes import is_our_server, proc_cmdline, proc_start_time
 from trtspec.state import read_state, state_path, write_state
 
 SPEC = DEMO / "lookahead.toml"
@@ -138,6 +138,6 @@ def test_foreground_serve_beside_a_running_background_server_is_a_serve_error(tm
 @pytest.mark.parametrize("bind, want", [("0.0.0.0", "127.0.0.1"), ("", "127.0.0.1"), ("::", "::1"),
                                         ("127.0.0.1", "127.0.0.1"), ("10.1.2.3", "10.1.2.3"), ("node-7", "node-7")])
 def test_a_client_reaches_a_wildcard_bind_on_loopback(bind, want):
-    from trtspec.serve.server import connect_host
+    from trtspec.serve.endpoints import connect_host
 
     assert connect_host(bind) == want

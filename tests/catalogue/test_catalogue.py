@@ -99,7 +99,7 @@ def _check_cli(case: Case, code: int, output: str, unexpected: BaseException | N
 
 @pytest.mark.parametrize("case", _params(OFFLINE))
 def test_offline_case(case: Case, pristine, tmp_path, monkeypatch):
-    from trtspec.serve.server import free_port
+    from trtspec.serve.endpoints import free_port
 
     fam = Path(shutil.copytree(pristine, tmp_path / "family"))
     if case.setup is not None:

@@ -19,7 +19,7 @@ from trtspec.errors import ClientError, ServeError
 from trtspec.repository import pbtxt
 from trtspec.repository.pbtxt import tensor
 from trtspec.serve import TritonServer, load_models, unload_models
-from trtspec.serve.server import port_in_use
+from trtspec.serve.endpoints import port_in_use
 
 pytestmark = pytest.mark.e2e
 METHOD = "lookahead"  # no drafter weights: the quickest deployment to load

@@ -16,8 +16,8 @@ from tests.e2e.single import PROMPT, build_lookahead
 from trtspec.cli import main
 from trtspec.client import GrpcOptions, generate_remote
 from trtspec.errors import ClientError, ServeError
+from trtspec.repository.server_flags import ADMIN_HEADER, GRPC_ADMIN_HEADER
 from trtspec.serve import GrpcTls, TritonServer, load_models
-from trtspec.serve.server import ADMIN_HEADER, GRPC_ADMIN_HEADER
 
 pytestmark = pytest.mark.e2e
 

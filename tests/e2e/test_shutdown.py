@@ -18,7 +18,7 @@ from tests.e2e.single import PROMPT, Streams, build_lookahead
 from trtspec.client import generate_remote
 from trtspec.errors import ClientError
 from trtspec.serve import TritonServer, start_background, stop_background
-from trtspec.serve.server import find_stubs, pid_alive
+from trtspec.serve.processes import find_stubs, pid_alive
 
 pytestmark = pytest.mark.e2e
 N, TOKENS = 4, 256  # 4 x 256 tokens: seconds of generation, so the streams are in flight at the stop

@@ -1,4 +1,4 @@
-"""SpecEngine.drain: the generation model's part of a graceful server shutdown (trtspec/serve/server.py)."""
+"""SpecEngine.drain: the generation model's part of a graceful server shutdown (trtspec/serve/drain.py)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ def _warn(message: str) -> None:
 
 
 def _safety_warnings(host: str, open_model_control: bool) -> None:
-    from trtspec.serve.server import is_loopback
+    from trtspec.serve.endpoints import is_loopback
 
     if not is_loopback(host):
         _warn(f"binding {host}: the server is reachable from other machines. Inference and metrics have no "
@@ -77,7 +77,8 @@ def serve(config, grpc_port, http_port, metrics_port, host, admin_key, open_mode
     from trtspec import backends
     from trtspec.serve import ServeOptions
     from trtspec.serve.bundled import endpoint_lines, public
-    from trtspec.serve.server import GrpcTls, check_admin_key, check_host
+    from trtspec.serve.access import GrpcTls, check_admin_key
+    from trtspec.serve.endpoints import check_host
     from trtspec.spec import load_spec
 
     spec = with_runtime(load_spec(config), runtime)

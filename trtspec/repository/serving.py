@@ -224,7 +224,7 @@ class RecentSteps:
 
 
 # --------------------------------------------------------------------------------------------
-# Lifecycle: die with the server, drain when the server asks (see trtspec/serve/server.py)
+# Lifecycle: die with the server, drain when the server asks (see trtspec/serve/drain.py)
 # --------------------------------------------------------------------------------------------
 
 CONTROL_DIR_ENV = "TRTSPEC_CONTROL_DIR"     # set by trtspec's TritonServer: where drain requests appear

@@ -28,7 +28,11 @@ from trtspec.repository.server_flags import LOOPBACK
 from trtspec.serve.background import (admin_key_for, repository_dir, running_state, server_for_spec,
                                       start_background, stop_background)
 from trtspec.serve.control import ModelControl, load_models, unload_models
-from trtspec.serve.server import Endpoints, GrpcTls, TritonServer, find_triton, free_port, remove_shm
+from trtspec.serve.access import GrpcTls
+from trtspec.serve.endpoints import Endpoints, free_port
+from trtspec.serve.install import find_triton
+from trtspec.serve.processes import remove_shm
+from trtspec.serve.server import TritonServer
 
 __all__ = ["Endpoints", "GrpcTls", "ModelControl", "Server", "ServeOptions", "TritonServer", "admin_key_for",
            "find_triton", "free_port", "load_models", "remove_shm", "repository_dir", "running_state",

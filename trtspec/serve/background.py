@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.errors import ServeError
-from trtspec.serve.server import (TritonServer, clean_leftovers, drain_server, is_our_server, pid_alive,
-                                  proc_cmdline, stop_pid)
+from trtspec.serve.drain import drain_server
+from trtspec.serve.processes import clean_leftovers, is_our_server, pid_alive, proc_cmdline, stop_pid
+from trtspec.serve.server import TritonServer
 from trtspec.spec import Spec
 from trtspec.state import read_state, state_dir, state_path, write_state
 

@@ -19,7 +19,7 @@ from typing import Any
 from trtspec.errors import ServeError
 from trtspec.repository.trtllm.launch import ADMIN_KEY_REF, TRITONSERVER, launch_shell
 from trtspec.repository.trtllm.upstream import install_upstream_files
-from trtspec.serve.server import new_admin_key
+from trtspec.serve.access import new_admin_key
 from trtspec.spec import Spec
 
 

@@ -5,58 +5,29 @@
     with TritonServer("model_repository/demo") as server:
         print(server.grpc_url)          # "127.0.0.1:<port>"
 
-It prepares what the bundled server needs to run Python-backend models on this machine
-(see shared/reference/triton-on-cpu.md):
+One job each, beside this module:
 
-- a backend directory `<work>/backends/python/` of symlinks to the wheel's `libtriton_python.so`,
-  `triton_python_backend_utils.py` and the stub built for the running Python (symlinks keep the
-  wheel's `$ORIGIN` RPATHs working; a stub beside the model is not found);
-- `LD_LIBRARY_PATH` starting with this Python's `LIBDIR` (else the stub binds no libpython and the
-  server hangs in "loading" forever) and `PATH` starting with the virtualenv's `bin` (the stub's
-  embedded Python finds the venv's site-packages through `python3` on PATH);
-- a unique shared-memory prefix per server, removed from /dev/shm after it stops;
-- free ports for every port given as 0;
-- a hard readiness deadline: on failure the server is killed and the ServeError carries its log tail.
+- install.py: the bundled server, its Python-backend directory of links and its environment;
+- endpoints.py: the bind address (127.0.0.1 unless `host=` says otherwise; the CLI warns) and free ports
+  for every port given as 0;
+- access.py: the admin key that guards the APIs which change the server (`admin_key`, or a random one per
+  start: `server.admin_key`; `open_model_control=True` leaves them open), and gRPC TLS;
+- drain.py: stopping lets the requests in flight finish (`drain_server`);
+- processes.py: the process's identity, stopping it (SIGTERM, then SIGKILL of the process group after the
+  exit timeout), and cleaning what a killed server left (stub processes holding its shm prefix,
+  `/dev/shm/<prefix>*`).
 
-Safe by default:
-
-- HTTP, gRPC and metrics bind 127.0.0.1 (`host=` binds elsewhere; the CLI warns);
-- the APIs that change the server (model-repository: load/unload, which runs the `model.py` a client
-  uploads; shared-memory, trace and logging, which open files and regions by name) are restricted to
-  requests carrying the header `trtspec-admin-key` (gRPC: `triton-grpc-protocol-trtspec-admin-key`, the
-  form Triton expects). The key is `admin_key`, or a random one per start (`server.admin_key`);
-  `open_model_control=True` leaves them open. Health, metadata, model config, statistics and inference
-  stay open. The key is on the server's command line, so local users who can read /proc see it;
-  against other hosts and web pages (which cannot add the header) it holds.
-
-Stopping drains (`drain_server`): Triton's own SIGTERM path cannot finish a streamed *ensemble*
-request (it stops the step models' schedulers first, the next step's internal request fails to
-enqueue and the ensemble never completes; its clients hang until the exit timeout). So before the
-SIGTERM trtspec closes the front door itself (unloads the ensembles, whose requests in flight still
-complete), writes `<work>/control/drain.json` with a deadline that the generation models read (they
-cut what still runs at the deadline with a final "shutdown" error), and waits for both; then SIGTERM,
-then SIGKILL of the process group after the exit timeout. The Python stubs exit by themselves when the
-server dies (`trtspec.repository.serving.watch_server`), and `clean_leftovers` removes what a killed
-server left (stub processes holding its shm prefix, `/dev/shm/<prefix>*`).
+A unique shared-memory prefix per server is removed from /dev/shm after it stops. A hard readiness deadline
+holds: on failure the server is killed and the ServeError carries its log tail. The Python stubs exit by
+themselves when the server dies (`trtspec.repository.serving.watch_server`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import glob
-import ipaddress
-import json
 import math
 import os
-import re
-import secrets
 import shutil
-import signal
-import socket
 import subprocess
-import sys
-import sysconfig
 import tempfile
 import time
 import uuid
@@ -65,263 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.errors import ServeError
-from trtspec.repository.server_flags import (ADMIN_HEADER, ADMIN_KEY_ENV, GRPC_ADMIN_HEADER,  # noqa: F401
-                                             LOOPBACK, RESTRICTED_APIS, admin_headers, bind_args, restricted_args)
-from trtspec.repository.serving import CONTROL_DIR_ENV, DRAIN_FILE
+from trtspec.repository.server_flags import LOOPBACK, admin_headers, bind_args, restricted_args
+from trtspec.repository.serving import CONTROL_DIR_ENV
+from trtspec.serve.access import GrpcTls, check_admin_key, new_admin_key
 from trtspec.serve.control import ModelControl
-
-_SHM_DIR = Path("/dev/shm")
-
-DRAIN_MARGIN = 5.0                                       # seconds past the drain deadline for the last responses
-_KEY_RE = re.compile(r"[A-Za-z0-9._~-]{16,256}")
-_PREFIX_RE = re.compile(r"trtspec_\d+_[0-9a-f]{8}_")
-
-
-# --------------------------------------------------------------------------------------------
-# Bind addresses and the admin key
-# --------------------------------------------------------------------------------------------
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def connect_host(bind: str) -> str:
-    """Where a client on this machine reaches a server bound to `bind` (the IPv4 wildcard -> 127.0.0.1, the IPv6
-    one -> ::1)."""
-    try:
-        address = ipaddress.ip_address(bind) if bind else None
-    except ValueError:
-        return bind
-    if address is None or address.is_unspecified:
-        return "::1" if address is not None and address.version == 6 else LOOPBACK
-    return bind
-
-
-def url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
-
-
-def check_host(host: str) -> str:
-    """A bind address: an IP literal or a host name (no ports, schemes or spaces)."""
-    try:
-        ipaddress.ip_address(host)
-        return host
-    except ValueError:
-        pass
-    if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?", host):
-        raise ServeError(f"bad bind address {host!r}", hint="pass an IP address (127.0.0.1, 0.0.0.0, ::1) or a host name")
-    return host
-
-
-def new_admin_key() -> str:
-    return secrets.token_urlsafe(32)
-
-
-def check_admin_key(key: str) -> str:
-    """Keys go into Triton's `<apis>:<header>=<key>` flags: 16-256 URL-safe characters."""
-    if not _KEY_RE.fullmatch(key or ""):
-        raise ServeError("the admin key must be 16-256 characters of A-Z a-z 0-9 . _ ~ -",
-                         hint="e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'")
-    return key
-
-
-@dataclasses.dataclass(frozen=True)
-class GrpcTls:
-    """TLS of the server's gRPC endpoint (PEM files). With `client_ca` clients must present a
-    certificate signed by it (mutual TLS). Triton's HTTP endpoint has no TLS: put a proxy in front."""
-
-    cert: Path
-    key: Path
-    client_ca: Path | None = None
-
-    def args(self) -> list[str]:
-        for what, path in (("certificate", self.cert), ("key", self.key), ("client CA", self.client_ca)):
-            if path is not None and not Path(path).is_file():
-                raise ServeError(f"gRPC TLS {what} file not found: {path}", hint="pass PEM files")
-        args = ["--grpc-use-ssl=true", f"--grpc-server-cert={Path(self.cert).resolve()}",
-                f"--grpc-server-key={Path(self.key).resolve()}"]
-        if self.client_ca is not None:
-            args += ["--grpc-use-ssl-mutual=true", f"--grpc-root-cert={Path(self.client_ca).resolve()}"]
-        return args
-
-
-# --------------------------------------------------------------------------------------------
-# Processes: identity, leftovers of a killed server
-# --------------------------------------------------------------------------------------------
-
-
-def proc_start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22): with the pid it
-    names one process for good (a reused pid has a later start time)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat[stat.rindex(")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def proc_cmdline(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    return [a.decode("utf-8", errors="replace") for a in raw.split(b"\0")[:-1]] if raw else None
-
-
-def is_our_server(pid: int, start_time: int | None, cmdline: Sequence[str] | None) -> bool:
-    """Whether `pid` is still the server that was recorded with this start time and command line
-    (both must be recorded and match; a zombie or a reused pid is not)."""
-    if not start_time or not cmdline:
-        return False
-    return proc_start_time(pid) == start_time and proc_cmdline(pid) == list(cmdline)
-
-
-def find_stubs(shm_prefix: str) -> list[int]:
-    """Python-backend stub processes of the server that used `shm_prefix` (their argv holds a region
-    name starting with it). Only trtspec's own prefixes are matched."""
-    if not _PREFIX_RE.fullmatch(shm_prefix or ""):
-        return []
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        args = proc_cmdline(int(entry.name)) or []
-        if args and args[0].endswith("triton_python_backend_stub") and any(a.startswith(shm_prefix) for a in args):
-            found.append(int(entry.name))
-    return found
-
-
-def clean_leftovers(shm_prefix: str, work_dir: str | Path | None = None) -> dict[str, list]:
-    """Remove what a server that is gone left behind: its stub processes (SIGKILL: a stub ignores
-    SIGTERM, and an orphaned one may be stuck in futex waits on the dead server's locks), its
-    `/dev/shm/<prefix>*` regions and, if given, its work dir."""
-    stubs = find_stubs(shm_prefix)
-    for pid in stubs:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(pid_alive(p) for p in stubs):
-        time.sleep(0.05)
-    shm = remove_shm(shm_prefix) if _PREFIX_RE.fullmatch(shm_prefix or "") else []
-    if work_dir is not None and Path(work_dir).is_dir():
-        shutil.rmtree(work_dir, ignore_errors=True)
-    return {"stubs": stubs, "shm": shm}
-
-
-# --------------------------------------------------------------------------------------------
-# Locating the bundled server
-# --------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class TritonInstall:
-    """Paths of the server binary and Python backend inside the installed pytriton wheel."""
-
-    root: Path
-
-    @property
-    def binary(self) -> Path:
-        return self.root / "bin" / "tritonserver"
-
-    @property
-    def python_backend(self) -> Path:
-        return self.root / "backends" / "python"
-
-    def stub(self, python_version: str) -> Path:
-        return self.root / "python_backend_stubs" / python_version / "triton_python_backend_stub"
-
-
-def find_triton(root: str | Path | None = None) -> TritonInstall:
-    """The bundled server (or `root`, a `tritonserver` tree laid out like pytriton's)."""
-    if root is None:
-        root = os.environ.get("TRTSPEC_TRITON_ROOT")
-    if root is None:
-        try:
-            import pytriton  # noqa: F401  (only to find the wheel)
-        except ImportError:
-            raise ServeError("the bundled Triton server is not installed (package nvidia-pytriton)",
-                             hint="pip install 'nvidia-pytriton>=0.5' (Linux x86_64), or set TRTSPEC_TRITON_ROOT "
-                                  "to a tritonserver tree") from None
-        root = Path(pytriton.__file__).parent / "tritonserver"
-    install = TritonInstall(Path(root))
-    if not install.binary.is_file():
-        raise ServeError(f"no tritonserver binary at {install.binary}",
-                         hint="reinstall nvidia-pytriton or fix TRTSPEC_TRITON_ROOT")
-    return install
-
-
-def prepare_backends(install: TritonInstall, backends_dir: Path, python_version: str | None = None) -> Path:
-    """Fill `backends_dir/python/` with symlinks to the Python backend and the matching stub."""
-    version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = install.stub(version)
-    if not stub.is_file():
-        have = sorted(p.name for p in (install.root / "python_backend_stubs").glob("*"))
-        raise ServeError(f"the bundled Triton has no Python backend stub for Python {version}",
-                         hint=f"run trtspec with one of Python {', '.join(have) or '(none)'}")
-    python_dir = Path(backends_dir) / "python"
-    python_dir.mkdir(parents=True, exist_ok=True)
-    links = {
-        "libtriton_python.so": install.python_backend / "libtriton_python.so",
-        "triton_python_backend_utils.py": install.python_backend / "triton_python_backend_utils.py",
-        "triton_python_backend_stub": stub,
-    }
-    for name, source in links.items():
-        link = python_dir / name
-        if link.is_symlink() or link.exists():
-            if link.is_symlink() and Path(os.readlink(link)) == source:
-                continue
-            link.unlink()
-        link.symlink_to(source)
-    return Path(backends_dir)
-
-
-def server_env(base: dict[str, str] | None = None, python_executable: str | None = None) -> dict[str, str]:
-    """Environment for the server: this Python's LIBDIR first on LD_LIBRARY_PATH, its bin first on PATH."""
-    env = dict(os.environ if base is None else base)
-    libdir = sysconfig.get_config_var("LIBDIR") or ""
-    ld = [p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p]
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(ld)
-    bindir = str(Path(python_executable or sys.executable).parent)
-    env["PATH"] = os.pathsep.join([bindir, env.get("PATH", "")]) if env.get("PATH") else bindir
-    env.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    return env
-
-
-def free_port(exclude: Iterable[int] = ()) -> int:
-    """A TCP port nobody listens on now (the kernel's pick), not in `exclude`."""
-    exclude = set(exclude)
-    for _ in range(64):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        if port not in exclude:
-            return port
-    raise ServeError("could not find a free TCP port")  # pragma: no cover
-
-
-def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.2)
-        return s.connect_ex((host, port)) == 0
-
-
-def remove_shm(prefix: str) -> list[str]:
-    """Delete `/dev/shm/<prefix>*` (left behind when a server is killed); returns what was removed."""
-    if not prefix:
-        return []
-    removed = []
-    for path in glob.glob(str(_SHM_DIR / f"{glob.escape(prefix)}*")):
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-            removed.append(path)
-    return removed
+from trtspec.serve.drain import drain_server
+from trtspec.serve.endpoints import Endpoints, check_host, connect_host, free_port, port_in_use
+from trtspec.serve.install import find_triton, prepare_backends, server_env
+from trtspec.serve.processes import clean_leftovers, proc_start_time, stop_pid
+from trtspec.serve.processes import pid_alive  # noqa: F401  (serve/deploy.py imports it from here)
 
 
 def _tail(path: Path | None, lines: int = 40) -> str:
@@ -346,117 +69,6 @@ def _errors(path: Path | None, limit: int = 10) -> list[str]:
         return []
     lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
     return [line for line in lines if line[:1] == "E" and not any(n in line for n in _NOISE)][-limit:]
-
-
-# --------------------------------------------------------------------------------------------
-# Draining
-# --------------------------------------------------------------------------------------------
-
-
-def request_drain(control_dir: str | Path, timeout: float, refuse_new: bool) -> float:
-    """Write `<control>/drain.json` (atomically) for the generation models; returns the deadline
-    (time.monotonic(): one clock for every process of this machine)."""
-    control = Path(control_dir)
-    control.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + max(0.0, timeout)
-    tmp = control / f".{DRAIN_FILE}.{os.getpid()}"
-    tmp.write_text(json.dumps({"deadline": deadline, "refuse_new": refuse_new}), encoding="utf-8")
-    os.replace(tmp, control / DRAIN_FILE)
-    return deadline
-
-
-def _undrained(control: Path) -> list[int]:
-    """Generation instances (their stub pids) that announced themselves and have not drained yet."""
-    pending = []
-    for path in control.glob("instance-*"):
-        pid = path.name.removeprefix("instance-")
-        if pid.isdigit() and not (control / f"drained-{pid}").exists() and pid_alive(int(pid)):
-            pending.append(int(pid))
-    return pending
-
-
-def drain_server(http_url: str, control_dir: str | Path, timeout: float, *, admin_key: str | None = None,
-                 explicit: bool = True, alive=lambda: True) -> dict[str, Any]:
-    """Let a running trtspec-started server finish its requests before it gets SIGTERM.
-
-    1. `drain.json` tells the generation models the deadline (now + `timeout`); at the deadline they end
-       whatever still runs with a final "shutdown" error. Without explicit model control they also
-       refuse new requests at once.
-    2. Explicit model control: the ensembles are unloaded. Triton then refuses new requests to them,
-       lets the ones in flight finish (their steps stay loaded), and lists them as UNAVAILABLE when
-       the last one is done: that is the exact "nothing in flight" signal.
-    3. Wait until the ensembles are unloaded and every generation instance has drained, until the
-       deadline + DRAIN_MARGIN, or until the server is gone (`alive()` false).
-    Returns what happened: seconds, whether it finished before the deadline, the ensembles unloaded."""
-    start = time.monotonic()
-    control = Path(control_dir)
-    deadline = request_drain(control, timeout, refuse_new=not explicit)
-    ensembles: list[str] = []
-    models = None
-    if explicit:
-        try:
-            models = ModelControl(http_url, admin_key, timeout=10.0)
-            for model in models.entries():
-                name = model.get("name")
-                if model.get("state") == "READY" and models.config(name).get("platform") == "ensemble":
-                    models.unload(name)
-                    ensembles.append(name)
-        except Exception:  # noqa: BLE001 - no model control (wrong key, old server): the markers still tell
-            if models is not None:
-                models.close()
-            models = None
-    busy: list[str] = []
-    try:
-        while alive():
-            busy = []
-            if models is not None:
-                try:
-                    states = models.index()
-                    busy = [e for e in ensembles if states.get(e) in ("READY", "UNLOADING")]
-                except Exception:  # noqa: BLE001
-                    busy = []
-            if not busy and not _undrained(control):
-                break
-            if time.monotonic() > deadline + DRAIN_MARGIN:
-                break
-            time.sleep(0.05)
-    finally:
-        if models is not None:
-            models.close()
-    elapsed = time.monotonic() - start
-    return {"seconds": round(elapsed, 3), "timeout": timeout, "in_time": time.monotonic() <= deadline,
-            "unloaded": ensembles, "still_busy": busy}
-
-
-# --------------------------------------------------------------------------------------------
-# The server
-# --------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Endpoints:
-    host: str                  # where clients on this machine connect
-    http_port: int
-    grpc_port: int
-    metrics_port: int
-    bind: str = LOOPBACK       # the address the server listens on
-    grpc_tls: bool = False
-
-    @property
-    def http_url(self) -> str:
-        return f"{url_host(self.host)}:{self.http_port}"
-
-    @property
-    def grpc_url(self) -> str:
-        return f"{url_host(self.host)}:{self.grpc_port}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://{url_host(self.host)}:{self.metrics_port}/metrics"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "http_url": self.http_url, "grpc_url": self.grpc_url,
-                "metrics_url": self.metrics_url}
 
 
 class TritonServer:
@@ -748,49 +360,3 @@ class TritonServer:
 def _redact(argv: Sequence[str], key: str | None) -> list[str]:
     return [a.replace(key, "***") for a in argv] if key else list(argv)
 
-
-def pid_alive(pid: int) -> bool:
-    try:  # our own child (started by this process) is reaped here, so it does not linger as a zombie
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover - someone else's process
-        return True
-    return True
-
-
-def stop_pid(pid: int, grace: float = 15.0, process: subprocess.Popen | None = None) -> int | None:
-    """Stop a server by pid: SIGTERM, wait up to `grace` s, then SIGKILL its process group
-    (the server and its Python-backend stubs). Returns the exit code when it is our child.
-    The caller checks that `pid` is the server (`is_our_server`) and drains it first."""
-
-    def gone() -> bool:
-        if process is not None:
-            return process.poll() is not None
-        return not pid_alive(pid)
-
-    if gone():
-        return process.returncode if process is not None else None
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and not gone():
-        time.sleep(0.05)
-    if not gone():
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)  # the server leads its own session (start_new_session)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        end = time.monotonic() + 5
-        while time.monotonic() < end and not gone():
-            time.sleep(0.05)
-    if process is not None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=1)
-        return process.returncode
-    return None

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from trtspec.cli import main
 from trtspec.client import GrpcOptions, generate_remote, normalize_url, parse_url, resolve_url
-from trtspec.client.remote import HeaderPlugin, grpc_client
+from trtspec.client.connect import HeaderPlugin, grpc_client
 from trtspec.errors import ClientError
 
 

@@ -141,7 +141,7 @@ def _metrics_url(spec, url: str | None, given: str | None) -> str | None:
     """--metrics-url, else the one `trtspec serve` recorded for the spec when --url is that server's (or absent)."""
     if given:
         return given
-    from trtspec.client.remote import normalize_url
+    from trtspec.client.connect import normalize_url
     from trtspec.state import read_state, state_path
 
     state = read_state(state_path(spec.name)) or {}

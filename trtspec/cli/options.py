@@ -32,12 +32,12 @@ def with_runtime(spec, runtime: str | None):
 
 def grpc_client_options(f):
     """--ssl, --root-certs, --private-key, --certificate-chain and -H/--header for a command that talks
-    gRPC; the command receives them as one `grpc_options` (trtspec.client.remote.GrpcOptions)."""
+    gRPC; the command receives them as one `grpc_options` (trtspec.client.connect.GrpcOptions)."""
     import functools
 
     @functools.wraps(f)
     def wrapper(*args, ssl, root_certs, private_key, certificate_chain, headers, **kwargs):
-        from trtspec.client.remote import GrpcOptions
+        from trtspec.client.connect import GrpcOptions
 
         kwargs["grpc_options"] = GrpcOptions.make(ssl=ssl, root_certs=root_certs, private_key=private_key,
                                                   certificate_chain=certificate_chain, headers=headers)

@@ -3,25 +3,21 @@
 The ensemble is decoupled (its generation model streams), so both streaming and non-streaming
 requests go over the gRPC bidirectional stream: `stream=False` asks for one response carrying
 the whole text. Every failure (connection refused, timeout, a server-side error such as a bad
-request) becomes a ClientError with one clear line.
-
-Addresses keep their scheme: `HOST:PORT` and `grpc://HOST:PORT` are plaintext, `grpcs://` and
-`https://` are TLS (never silently downgraded). `GrpcOptions` carries TLS material (`ssl`, root
-certificates, a client key and certificate chain for mutual TLS) and extra headers (e.g. for an
-auth proxy), sent with every call.
+request) becomes a ClientError with one clear line. The address, TLS and headers: client/connect.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import queue
-import re
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from trtspec.client.connect import GrpcOptions, connection_error, error_text, grpc_client
+from trtspec.client.connect import normalize_url  # noqa: F401  (serve/deploy.py imports it from here)
 from trtspec.errors import ClientError
 from trtspec.runtime.stats import tokens_per_step
 
@@ -61,173 +57,55 @@ class RemoteResult:
         return d
 
 
-PLAIN_SCHEMES = ("grpc", "http")
-TLS_SCHEMES = ("grpcs", "https")
+@dataclasses.dataclass
+class _Answer:
+    """What the responses of one request add up to, as they arrive."""
 
+    start: float                       # time.perf_counter() when the request was sent
+    pieces: list[str] = dataclasses.field(default_factory=list)
+    stats: dict[str, Any] = dataclasses.field(
+        default_factory=lambda: {"tokens": 0, "drafted": 0, "accepted": 0, "rate": 0.0, "steps": 0})
+    responses: int = 0
+    ttft: float | None = None
+    completed: bool = False            # the final response (or an error) came: nothing left to cancel
 
-def parse_url(url: str) -> tuple[str | None, str]:
-    """(scheme or None, 'host:port') of 'grpcs://host:port', 'host:port' or ':port'."""
-    url = url.strip()
-    scheme = None
-    match = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", url)
-    if match:
-        scheme = match.group(1).lower()
-        if scheme not in PLAIN_SCHEMES + TLS_SCHEMES:
-            raise ClientError(f"unknown scheme {scheme!r} in {url!r}",
-                              hint="use HOST:PORT or grpc:// (plaintext), grpcs:// or https:// (TLS)")
-        url = url[match.end():]
-    url = url.rstrip("/")
-    if url.startswith(":"):
-        url = "localhost" + url
-    if ":" not in url or not url.rpartition(":")[2].isdigit():
-        raise ClientError(f"bad server address {url!r}", hint="use HOST:PORT of Triton's gRPC endpoint, e.g. localhost:8001")
-    return scheme, url
+    def add(self, result: Any) -> str:
+        """Take one response: its text piece ("" when it has none) and the stats it carries."""
+        self.responses += 1
+        piece = ""
+        text_out = None
+        try:
+            text_out = result.as_numpy("text_output")
+        except Exception:
+            pass
+        if text_out is not None:  # (the empty final response has no outputs)
+            raw = b"".join(x if isinstance(x, bytes) else str(x).encode() for x in text_out.reshape(-1))
+            piece = raw.decode("utf-8", errors="replace")
+            if piece:
+                if self.ttft is None:
+                    self.ttft = time.perf_counter() - self.start
+                self.pieces.append(piece)
+            self.stats.update(tokens=_scalar(result, "num_output_tokens"),
+                              drafted=_scalar(result, "total_draft_tokens"),
+                              accepted=_scalar(result, "total_accepted_draft_tokens"),
+                              rate=_scalar(result, "acceptance_rate", 0.0), steps=_scalar(result, "num_steps"))
+        final = result.get_response().parameters.get("triton_final_response")
+        if final is not None and final.bool_param:
+            self.completed = True
+        return piece
 
-
-def normalize_url(url: str) -> str:
-    """'grpc://host:port', 'host:port' or ':port' -> 'host:port' (what tritonclient expects), for callers
-    that speak plaintext only: a TLS address is refused rather than silently downgraded."""
-    scheme, hostport = parse_url(url)
-    if scheme in TLS_SCHEMES:
-        raise ClientError(f"{url!r} asks for TLS, which this call does not speak",
-                          hint="pass HOST:PORT; for gRPC over TLS use `trtspec generate --url grpcs://...`")
-    return hostport
-
-
-@dataclasses.dataclass(frozen=True)
-class GrpcOptions:
-    """How to talk to a gRPC endpoint: TLS (`ssl`, PEM files: the CA to trust, and a client key and
-    certificate chain for mutual TLS) and headers sent with every call (names are lower-cased: gRPC
-    metadata keys are)."""
-
-    ssl: bool = False
-    root_certs: str | None = None
-    private_key: str | None = None
-    certificate_chain: str | None = None
-    headers: tuple[tuple[str, str], ...] = ()
-
-    @classmethod
-    def make(cls, *, ssl: bool = False, root_certs: str | None = None, private_key: str | None = None,
-             certificate_chain: str | None = None, headers: Mapping[str, str] | Sequence[str] = ()) -> "GrpcOptions":
-        """From CLI-style values: `headers` as {name: value} or ["NAME=VALUE", ...]."""
-        pairs = []
-        for item in (headers.items() if isinstance(headers, Mapping) else headers):
-            if isinstance(item, str):
-                name, sep, value = item.partition("=")
-                if not sep:
-                    raise ClientError(f"bad header {item!r}", hint="pass headers as NAME=VALUE")
-            else:
-                name, value = item
-            name = name.strip().lower()
-            if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", name) or name.startswith("grpc-"):
-                raise ClientError(f"bad header name {name!r}",
-                                  hint="letters, digits, '-', '_' and '.'; not a reserved grpc-* name")
-            if any(c in value for c in "\r\n\0"):
-                raise ClientError(f"bad value for header {name!r}: no line breaks")
-            pairs.append((name, value))
-        return cls(ssl, root_certs, private_key, certificate_chain, tuple(pairs))
-
-    @property
-    def tls_material(self) -> bool:
-        return any((self.root_certs, self.private_key, self.certificate_chain))
-
-
-class HeaderPlugin:
-    """A tritonclient plugin that adds fixed headers to every request (client.register_plugin)."""
-
-    def __init__(self, headers: Mapping[str, str]):
-        self.headers = dict(headers)
-
-    def __call__(self, request) -> None:
-        request.headers = {**(request.headers or {}), **self.headers}
-
-
-def use_tls(url: str, options: GrpcOptions | None) -> tuple[str, bool]:
-    """('host:port', TLS?) for `url` with `options`; a ClientError for a contradiction, never a silent
-    plaintext fallback: grpcs:// / https:// are TLS; HOST:PORT is TLS with --ssl or TLS files; an
-    explicit grpc:// with TLS options is refused."""
-    options = options or GrpcOptions()
-    scheme, hostport = parse_url(url)
-    wants = options.ssl or options.tls_material
-    if scheme in PLAIN_SCHEMES and wants:
-        raise ClientError(f"{url!r} is plaintext ({scheme}://) but TLS options were given",
-                          hint="use grpcs://HOST:PORT (or a bare HOST:PORT) for TLS, or drop --ssl/--root-certs")
-    tls = scheme in TLS_SCHEMES or wants
-    if bool(options.private_key) != bool(options.certificate_chain):
-        raise ClientError("mutual TLS needs both --private-key and --certificate-chain",
-                          hint="pass the client's certificate chain (PEM) with its key, or neither for one-way TLS")
-    for what, path in (("root certificates", options.root_certs), ("private key", options.private_key),
-                       ("certificate chain", options.certificate_chain)):
-        if path and not Path(path).is_file():
-            raise ClientError(f"{what} file not found: {path}", hint="pass a PEM file")
-    return hostport, tls
-
-
-def grpc_client(url: str, options: GrpcOptions | None = None):
-    """(tritonclient.grpc client, 'host:port', TLS?) for `url` (see `use_tls`), with `options.headers`."""
-    import tritonclient.grpc as grpcclient
-    from tritonclient.utils import InferenceServerException
-
-    options = options or GrpcOptions()
-    hostport, tls = use_tls(url, options)
-    try:
-        client = grpcclient.InferenceServerClient(
-            hostport, ssl=tls, root_certificates=options.root_certs if tls else None,
-            private_key=options.private_key if tls else None,
-            certificate_chain=options.certificate_chain if tls else None)
-    except InferenceServerException as exc:
-        raise _connection_error(hostport, exc, tls) from None
-    if options.headers:
-        client.register_plugin(HeaderPlugin(dict(options.headers)))
-    return client, hostport, tls
-
-
-def resolve_url(url: str | None, config: str | None = None) -> str:
-    """`url` if given (its scheme kept: grpcs:// stays TLS, and an explicit grpc:// stays plaintext, so that
-    `use_tls` refuses it with --ssl rather than trying TLS), else the gRPC endpoint of the server
-    `trtspec serve` started for the spec at `config` (grpcs:// when it serves TLS), else localhost and
-    the spec's serving.grpc_port."""
-    if url:
-        scheme, hostport = parse_url(url)
-        return f"{scheme}://{hostport}" if scheme else hostport
-    from trtspec.state import read_state, state_path
-    from trtspec.spec import load_spec
-
-    spec = load_spec(config or "trtspec.toml")
-    state = read_state(state_path(spec.name))
-    if state and state.get("grpc_url"):
-        hostport = normalize_url(state["grpc_url"])
-        return f"grpcs://{hostport}" if state.get("grpc_tls") else hostport
-    if spec.serving.grpc_port:
-        return f"localhost:{spec.serving.grpc_port}"
-    raise ClientError(f"no running server recorded for {spec.name!r} and serving.grpc_port is 0",
-                      hint="start one with `trtspec serve`, or pass --url HOST:PORT")
-
-
-def _message(exc: Exception) -> str:
-    text = exc.message() if callable(getattr(exc, "message", None)) else str(exc)
-    return " ".join((text or type(exc).__name__).split())
-
-
-def _connection_error(url: str, exc: Exception, tls: bool = False) -> ClientError:
-    text = _message(exc)
-    low = text.lower()
-    if tls and any(w in low for w in ("ssl", "handshake", "certificate", "tls")):
-        return ClientError(f"TLS to Triton at {url} failed: {text[:200]}",
-                           hint="check --root-certs (the CA that signed the server's certificate, which must name "
-                                "the host you connect to) and that the server speaks TLS")
-    if "connect" in low or "unavailable" in low or "socket closed" in low:
-        what = "TLS connection failed" if tls else "connection refused"
-        return ClientError(f"cannot reach Triton at {url}: {what}",
-                           hint="start the server (`trtspec serve`) or check --url HOST:PORT (the gRPC port); "
-                                + ("a plaintext server needs a plain HOST:PORT" if tls
-                                   else "a TLS server needs grpcs://HOST:PORT or --ssl"))
-    return ClientError(f"Triton at {url}: {text}")
+    def result(self, url: str, model: str) -> RemoteResult:
+        s = self.stats
+        return RemoteResult(text="".join(self.pieces), new_tokens=int(s["tokens"]),
+                            seconds=time.perf_counter() - self.start, ttft_seconds=self.ttft,
+                            acceptance_rate=float(s["rate"]), total_draft_tokens=int(s["drafted"]),
+                            total_accepted_draft_tokens=int(s["accepted"]), steps=int(s["steps"]),
+                            responses=self.responses, url=url, model=model)
 
 
 def _server_error(error: Exception) -> ClientError:
     """A request the server answered with an error: the server's one line, and what to do about it."""
-    text = _message(error)
+    text = error_text(error)
     if "internal error" in text or "generation failed" in text:
         hint = "not the request's fault: the server's log has the traceback (`trtspec serve` prints its path)"
     elif "shutting down" in text:
@@ -238,9 +116,10 @@ def _server_error(error: Exception) -> ClientError:
     return ClientError(f"server error: {text}", hint=hint)
 
 
-def _inputs(prompt: str, max_tokens: int, stream: bool, temperature: float, top_k: int, top_p: float,
-            seed: int | None, num_draft_tokens: int | None, stop: Sequence[str], messages: Any = None,
-            task: str | None = None) -> list:
+def _inputs(prompt: str, messages: Any, *, max_tokens: int, stream: bool, temperature: float, top_k: int,
+            top_p: float, seed: int | None, num_draft_tokens: int | None, stop: Sequence[str],
+            task: str | None) -> list:
+    """The ensemble's input tensors: `messages` (a chat, as JSON) when given, else `prompt`."""
     import numpy as np
     import tritonclient.grpc as grpcclient
 
@@ -249,8 +128,6 @@ def _inputs(prompt: str, max_tokens: int, stream: bool, temperature: float, top_
         tensor = grpcclient.InferInput(name, list(array.shape), dtype)
         tensor.set_data_from_numpy(array)
         return tensor
-
-    import json
 
     text = ("messages", json.dumps(list(messages))) if messages is not None else ("text_input", prompt)
     inputs = [
@@ -280,6 +157,44 @@ def _scalar(result: Any, name: str, default: Any = 0) -> Any:
     return default if value is None or value.size == 0 else value.reshape(-1)[0].item()
 
 
+def _send(client: Any, url: str, tls: bool, model: str, inputs: list, timeout: float,
+          responses: queue.Queue) -> None:
+    """Open the stream and send the request; its responses (or its error) arrive on `responses`."""
+    from tritonclient.utils import InferenceServerException
+
+    def callback(result, error):  # tritonclient passes these by keyword: the names matter
+        responses.put((result, error))
+
+    try:
+        if not client.is_server_live(client_timeout=min(timeout, 10.0)):
+            raise ClientError(f"Triton at {url} is not live", hint="check the server log")
+        client.start_stream(callback=callback)
+        client.async_stream_infer(model, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True)
+    except InferenceServerException as exc:
+        raise connection_error(url, exc, tls) from None
+
+
+def _next(responses: queue.Queue, deadline: float, url: str, timeout: float) -> tuple[Any, Any]:
+    """The next (result, error) of the stream; a ClientError once the request's deadline has passed."""
+    while True:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            raise ClientError(f"no complete answer from {url} within {timeout:g}s",
+                              hint="raise --timeout, or lower --max-tokens")
+        try:
+            return responses.get(timeout=min(left, 0.5))
+        except queue.Empty:
+            continue
+
+
+def _close(client: Any, cancel: bool) -> None:
+    try:  # cancel only an unfinished request (cancelling a finished one leaks it in Triton 2.51's ensembles)
+        client.stop_stream(cancel_requests=cancel)
+    except Exception:
+        pass
+    client.close()
+
+
 def generate_remote(
     url: str,
     prompt: str,
@@ -307,76 +222,26 @@ def generate_remote(
     `timeout` bounds the whole request. `messages` ([{"role", "content"}, ...]) sends a chat instead of
     `prompt`, which the server renders with its tokenizer's chat template. `task` picks the drafter of a routed
     deployment (none: its router decides). Raises ClientError on any failure."""
-    from tritonclient.utils import InferenceServerException
-
-    inputs = _inputs(prompt, max_tokens, stream, temperature, top_k, top_p, seed, num_draft_tokens, stop, messages,
-                     task)
+    inputs = _inputs(prompt, messages, max_tokens=max_tokens, stream=stream, temperature=temperature, top_k=top_k,
+                     top_p=top_p, seed=seed, num_draft_tokens=num_draft_tokens, stop=stop, task=task)
     client, url, tls = grpc_client(url, options)
     responses: queue.Queue = queue.Queue()
-
-    def callback(result, error):  # tritonclient passes these by keyword: the names matter
-        responses.put((result, error))
-
-    pieces: list[str] = []
-    stats = {"tokens": 0, "drafted": 0, "accepted": 0, "rate": 0.0, "steps": 0}
-    count, ttft, completed = 0, None, False
-    start = time.perf_counter()
-    deadline = start + timeout
+    answer = _Answer(start=time.perf_counter())
     try:
-        try:
-            if not client.is_server_live(client_timeout=min(timeout, 10.0)):
-                raise ClientError(f"Triton at {url} is not live", hint="check the server log")
-            client.start_stream(callback=callback)
-            client.async_stream_infer(model, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True)
-        except InferenceServerException as exc:
-            raise _connection_error(url, exc, tls) from None
-        while True:
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                raise ClientError(f"no complete answer from {url} within {timeout:g}s",
-                                  hint="raise --timeout, or lower --max-tokens")
-            try:
-                result, error = responses.get(timeout=min(left, 0.5))
-            except queue.Empty:
-                continue
+        _send(client, url, tls, model, inputs, timeout, responses)
+        while not answer.completed:
+            result, error = _next(responses, answer.start + timeout, url, timeout)
             if error is not None:
-                completed = True  # an error ends the request (it is its final response): nothing to cancel
-                if count == 0 and tls:  # a TLS failure shows up as the stream's first error
-                    raise _connection_error(url, error, tls)
+                answer.completed = True  # an error ends the request (it is its final response): nothing to cancel
+                if answer.responses == 0 and tls:  # a TLS failure shows up as the stream's first error
+                    raise connection_error(url, error, tls)
                 raise _server_error(error)
-            count += 1
-            text_out = None
-            try:
-                text_out = result.as_numpy("text_output")
-            except Exception:
-                pass
-            if text_out is not None:  # (the empty final response has no outputs)
-                piece = b"".join(x if isinstance(x, bytes) else str(x).encode() for x in text_out.reshape(-1))
-                piece = piece.decode("utf-8", errors="replace")
-                if piece:
-                    if ttft is None:
-                        ttft = time.perf_counter() - start
-                    pieces.append(piece)
-                    if on_text is not None and stream:
-                        on_text(piece)
-                stats.update(tokens=_scalar(result, "num_output_tokens"), drafted=_scalar(result, "total_draft_tokens"),
-                             accepted=_scalar(result, "total_accepted_draft_tokens"),
-                             rate=_scalar(result, "acceptance_rate", 0.0), steps=_scalar(result, "num_steps"))
-            final = result.get_response().parameters.get("triton_final_response")
-            if final is not None and final.bool_param:
-                completed = True
-                break
+            piece = answer.add(result)
+            if piece and on_text is not None and stream:
+                on_text(piece)
     finally:
-        try:  # cancel only an unfinished request (cancelling a finished one leaks it in Triton 2.51's ensembles)
-            client.stop_stream(cancel_requests=not completed)
-        except Exception:
-            pass
-        client.close()
-    seconds = time.perf_counter() - start
-    text = "".join(pieces)
+        _close(client, cancel=not answer.completed)
+    remote = answer.result(url, model)
     if on_text is not None and not stream:
-        on_text(text)
-    return RemoteResult(text=text, new_tokens=int(stats["tokens"]), seconds=seconds, ttft_seconds=ttft,
-                        acceptance_rate=float(stats["rate"]), total_draft_tokens=int(stats["drafted"]),
-                        total_accepted_draft_tokens=int(stats["accepted"]), steps=int(stats["steps"]),
-                        responses=count, url=url, model=model)
+        on_text(remote.text)
+    return remote

@@ -31,7 +31,7 @@ class ModelControl:
     def __init__(self, url: str, admin_key: str | None = None, timeout: float = 60.0):
         import tritonclient.http as httpclient
 
-        from trtspec.client.remote import HeaderPlugin
+        from trtspec.client.connect import HeaderPlugin
 
         self.url = url
         self.client = httpclient.InferenceServerClient(url, connection_timeout=timeout, network_timeout=timeout)
@@ -107,7 +107,7 @@ _CONTROL_HINT = ("the server must run in explicit model-control mode, have the m
 def _control(url: str, admin_key: str | None) -> ModelControl:
     """ModelControl on `url` (normalized) with `admin_key`, by default the key of the `trtspec serve` server
     on that port."""
-    from trtspec.client.remote import normalize_url
+    from trtspec.client.connect import normalize_url
     from trtspec.serve.background import admin_key_for
 
     return ModelControl(normalize_url(url), admin_key or admin_key_for(url))
@@ -233,7 +233,7 @@ def server_status(url: str, admin_key: str | None = None, models: Iterable[str] 
     """Live/ready, every model with its version, state and readiness (the repository index needs the admin
     key; without it only `models` are asked, through the open readiness API), and the metrics at a glance.
     Raises ServeError when the server cannot be reached."""
-    from trtspec.client.remote import normalize_url
+    from trtspec.client.connect import normalize_url
 
     url = normalize_url(url)
     try:

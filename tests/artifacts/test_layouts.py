@@ -169,7 +169,7 @@ def test_the_trainers_eagle_head_is_what_the_runtime_computes(tmp_path):
     decoder layer) and the runtime's Llama reading the written head."""
     from trtspec.runtime.cache import chain_inputs
     from trtspec.runtime.llama import Llama
-    from trtspec.train.drafters import write_eagle1
+    from trtspec.train.writers import write_eagle1
     from trtspec.train.heads import EagleHead, Shape
 
     torch.manual_seed(0)

@@ -17,13 +17,22 @@ from trtspec.artifacts import heads as layouts
 from trtspec.artifacts import manifest
 from trtspec.artifacts.hf import ModelConfig
 from trtspec.artifacts.weights import load_file
+from trtspec import methods
 from trtspec.train import drafters
+from trtspec.train.features import make_hidden
+from trtspec.train.recipe import silent
+from trtspec.train.samples import make_data
 
 torch.set_num_threads(1)
 V = 96
 # draft_vocab = the whole vocabulary: the training module's logits are then the served heads' logits
 QUICK = dict(samples=12, max_new_tokens=16, gen_batch=4, draft_vocab=V, topk=8, steps=3, warmup=1, batch_tokens=256,
              eval_prompts=2, eval_new_tokens=8, checkpoint_s=0.0, intermediate_size=96, draft_layers=1, draft_hidden=32)
+
+
+def _weights(kind: str) -> str:
+    """The spec key of the drafter's dir, from the method that serves the kind (as `trtspec train` asks it)."""
+    return methods.get(drafters.METHOD[kind]).weights
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +42,7 @@ def tiny(tmp_path_factory):
     target = save_target4(root / "target")
     data = write_prompts(root / "prompts.jsonl")
     cfg = drafters.TrainConfig(data=str(data), **QUICK)
-    out = {kind: drafters.train_drafter(kind, target, root / kind, cfg, work=root / "work")
+    out = {kind: drafters.train_drafter(kind, target, root / kind, cfg, work=root / "work", weights=_weights(kind))
            for kind in ("medusa", "eagle", "draft-model")}
     return root, target, cfg, out
 
@@ -95,15 +104,15 @@ def test_the_features_pass_gives_the_heads_their_hidden_states_and_eagle3_captur
     root, target, cfg, _ = tiny
     work = tmp_path / "work"
     shutil.copytree(root / "work", work)
-    quiet = drafters._silent, (lambda s: None)
-    data = drafters.make_data(work, target, cfg, load_tokenizer(target), *quiet)
-    hidden, _ = drafters.make_hidden(work, target, cfg, data, *quiet)
+    quiet = silent, (lambda s: None)
+    data = make_data(work, target, cfg, load_tokenizer(target), *quiet)
+    hidden, _ = make_hidden(work, target, cfg, data, *quiet)
     assert torch.equal(hidden, load_file(work / "features.safetensors")["hidden"])
     (work / "hidden.safetensors").unlink()
     drafters.train_drafter("eagle3", target, tmp_path / "eagle3", cfg, work=work, until="features")
     stored = load_file(work / "features.safetensors")
     assert tuple(stored["feats"].shape) == (len(stored["ids"]), 3 * 64) and "hidden" not in stored
-    m = drafters.train_drafter("medusa", target, tmp_path / "medusa", cfg, work=work)
+    m = drafters.train_drafter("medusa", target, tmp_path / "medusa", cfg, work=work, weights=_weights("medusa"))
     assert (work / "hidden.safetensors").is_file() and m["budget"]["wall_s"]["hidden"] >= 0
     assert m["acceptance"]["chain"]["matches_plain_greedy"] == "2/2"
 

@@ -17,7 +17,11 @@ from trtspec.artifacts import manifest
 from trtspec.artifacts.hf import ModelConfig
 from trtspec.artifacts.weights import load_weights
 from trtspec.errors import SpecError
+from trtspec import methods
 from trtspec.train import drafters, prompts
+from trtspec.train.features import draft_vocabulary
+from trtspec.train.kinds import head_config
+from trtspec.train.samples import make_data
 from trtspec.train.eagle3 import Eagle3Head, reference_chain
 
 torch.set_num_threads(1)
@@ -31,7 +35,8 @@ def tiny(tmp_path_factory):
     target = save_target4(root / "target")
     data = write_prompts(root / "prompts.jsonl")
     cfg = drafters.TrainConfig(data=str(data), **QUICK)
-    m = drafters.train_eagle3(target, root / "head", cfg, work=root / "work")
+    m = drafters.train_eagle3(target, root / "head", cfg, work=root / "work",
+                              weights=methods.get(drafters.METHOD["eagle3"]).weights)
     return root, target, root / "head", cfg, m
 
 
@@ -74,7 +79,7 @@ def test_served_proposals_equal_a_from_scratch_recomputation(tiny):
     proposer.setup(tgt, 1, 128, 4)
     tcfg = ModelConfig.from_dir(target)
     c3, w = layouts.load_eagle3(head_dir, tcfg)
-    head = Eagle3Head(drafters.head_config(tcfg, cfg), 64, w["d2t"] + torch.arange(40), tgt.embed)
+    head = Eagle3Head(head_config(tcfg, cfg), 64, w["d2t"] + torch.arange(40), tgt.embed)
     head.load_layout(w)
     for seed in range(3):
         prompt = torch.randint(1, 90, (9 + seed,), generator=torch.Generator().manual_seed(seed)).tolist()
@@ -141,7 +146,7 @@ def test_builtin_prompt_sets_hold_no_benchmark_or_held_out_prompt():
 
 def test_the_draft_vocabulary_is_the_most_frequent_trained_tokens():
     samples = [{"ids": [9, 1, 1, 1, 2, 2, 3, 7, 7, 7, 7], "prompt_len": 1}]  # the prompt (9) is not counted
-    used = drafters.draft_vocabulary(samples, 3, 10, always=(5,))
+    used = draft_vocabulary(samples, 3, 10, always=(5,))
     assert used.tolist() == [1, 5, 7]
 
 
@@ -158,7 +163,7 @@ def test_more_samples_answer_only_the_new_prompts(tiny, tmp_path):
     tok = load_tokenizer(target)
     made = []
     report = lambda phase, step, total, loss: made.append(step)  # noqa: E731
-    more = drafters.make_data(tmp_path / "w", target, dataclasses.replace(cfg, samples=14), tok, report, print)
+    more = make_data(tmp_path / "w", target, dataclasses.replace(cfg, samples=14), tok, report, print)
     assert len(more["samples"]) == 14 and made == [14]  # one batch: the 2 new prompts
-    fewer = drafters.make_data(tmp_path / "w", target, dataclasses.replace(cfg, samples=5), tok, report, print)
+    fewer = make_data(tmp_path / "w", target, dataclasses.replace(cfg, samples=5), tok, report, print)
     assert fewer["samples"] == more["samples"][:5] and made == [14]

@@ -127,9 +127,10 @@ def _run(kind: str, o: dict, **own) -> None:
     if o["steps"] is None and o["minutes"] is None and o["until"] is None:
         raise UsageError("no training budget", hint="pass --steps N or --minutes M")
     spec = load_spec(o["config"])
+    weights = methods.get(drafters.METHOD[kind]).weights  # the spec key of the drafter's dir: draft or heads
     out = o["out"]
     if out is None:  # the spec's drafter dir when the spec serves this kind, never another kind's drafter
-        given = getattr(spec.speculative, methods.get(drafters.METHOD[kind]).weights)  # draft or heads
+        given = getattr(spec.speculative, weights)
         given = given if spec.speculative.method == drafters.METHOD[kind] else None
         out = Path(given) if given else drafters.default_out(Path(spec.model.target), kind)
         made = manifest.read(out / manifest.FILE_NAMES[manifest.TRAIN], manifest.TRAIN) if out.is_dir() else None
@@ -148,7 +149,7 @@ def _run(kind: str, o: dict, **own) -> None:
     log = (lambda s: None) if o["as_json"] else console.log
     with progress:
         m = drafters.train_drafter(kind, Path(spec.model.target), out, cfg, resume=o["resume"], work=o["work"],
-                                   report=report, log=log, until=o["until"])
+                                   report=report, log=log, until=o["until"], weights=weights)
     if m is None:
         click.echo(f"stopped after the {o['until']} stage (cached; run again with a budget to train)")
         return

@@ -158,7 +158,7 @@ class FamilyConfig:
         file `text`: the whole vocabulary as the draft vocabulary (the demo's is small: no position is left
         out, and Medusa's lm_head rows are all trained), no held-out measurement of its own (the family's
         below), this family's seed."""
-        from trtspec.train.drafters import TrainConfig
+        from trtspec.train.recipe import TrainConfig
 
         run = {"draft": self.draft_run, "medusa": self.medusa_run, "eagle": self.eagle_run}[member]
         return TrainConfig(data=str(text), samples=self.teacher_seqs, text_tokens=self.seq_len, draft_vocab=vocab,

@@ -4,13 +4,14 @@ SpecEngine at a fixed K (adaptive off), with float32 drafter weights, against th
 
 - `measure`: stage 5 of `trtspec train`, one trained drafter on held-out prompts (never trained on): the
   K-token chain and, for heads, a tree; tokens per verify step and the acceptance rate.
+- `measure_family`: the demo family's drafters on held-out corpus snippets, per method and K.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +77,45 @@ def measure(drafter: Path, target: Path, tok, heldout: list, cfg: TrainConfig, r
             report("measure", i + 1, len(plans), None)
     return out
 
+
+def measure_family(root: Path, prompts: list[list[int]], n_new: int, plans: dict[str, Sequence[int]],
+                   where: dict[str, dict[str, str]], report: Reporter = silent) -> dict[str, dict]:
+    """Greedy speculative decoding of the written demo family at `root` through trtspec's runtime, per method
+    (`where[method]`: its spec keys of the family's dirs) and fixed K: τ = new tokens / target forwards
+    (prefill counted), acc = accepted / drafted, and how many outputs equal the runtime's plain decoding
+    (they all must)."""
+    from trtspec.artifacts.tokenizer import load_tokenizer
+    from trtspec.runtime import SamplingParams, SpecEngine
+    from trtspec.spec import spec_from_dict
+
+    tok = load_tokenizer(root / "target")
+    out: dict[str, dict] = {}
+    reference: list[list[int]] | None = None
+    with fp32_drafters():
+        for i, (method, ks) in enumerate(plans.items()):
+            spec = spec_from_dict({
+                "schema": 1, "model": {"name": f"demo-{method}", "target": "target", "dtype": "float32"},
+                "speculative": {"method": method, "num_draft_tokens": max(ks), **where[method],
+                                "adaptive": {"enabled": False}},
+                "limits": {"max_batch_size": 1, "max_input_len": max(len(p) for p in prompts),
+                           "max_output_len": n_new},
+                "runtime": {"kind": "torch", "device": "cpu"}}, base=root)
+            engine = SpecEngine.from_spec(spec, tokenizer=tok)
+            try:
+                if reference is None:
+                    plain = SamplingParams(max_new_tokens=n_new, end_id=-1, num_draft_tokens=0)
+                    reference = [engine.generate(p, plain).tokens for p in prompts]
+                out[method] = {}
+                for k in ks:
+                    sp = SamplingParams(max_new_tokens=n_new, end_id=-1, num_draft_tokens=k)
+                    results = [engine.generate(p, sp) for p in prompts]
+                    drafted, accepted = sum(r.drafted for r in results), sum(r.accepted for r in results)
+                    same = sum(r.tokens == ref for r, ref in zip(results, reference))
+                    out[method][str(k)] = {
+                        "tau": round(sum(len(r.tokens) for r in results) / sum(r.steps + 1 for r in results), 3),
+                        "acceptance_rate": round(accepted / max(1, drafted), 3),
+                        "matches_plain_greedy": f"{same}/{len(prompts)}"}
+            finally:
+                engine.close()
+            report("measure", i + 1, len(plans), None)
+    return out

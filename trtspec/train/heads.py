@@ -1,6 +1,6 @@
 """Trainable modules: transformers' Llama as the language model, Medusa and EAGLE-1 heads in the layouts of
 trtspec.artifacts.heads (whose docstring has their equations); their losses are the drafter trainer's
-(train/drafters.py).
+(train/losses.py).
 
 Notation (one sequence, positions t = 0..T-1): x_t token ids, E = target.model.embed_tokens.weight [V, H],
 L = target.lm_head.weight [V, H], f_t the target's final hidden state AFTER the final RMSNorm (the input of

@@ -24,8 +24,9 @@ of its own: it reuses the target's)::
     (causal attention with the target's RoPE) to f^_{t+1}; the target's lm_head(f^_{t+1}) predicts x_{t+2}.
     f_t are the target's features while known, then the head's own outputs.
 
-EAGLE-3 (the layout SpecForge writes and vLLM's `llama_eagle3.py` / TensorRT-LLM's PyTorch
-`modeling_speculative.py` load; research notes B1-B3)::
+EAGLE-3 (arXiv 2503.01840; the layout sgl-project/SpecForge writes and vllm-project/vllm's
+`vllm/model_executor/models/llama_eagle3.py` / NVIDIA/TensorRT-LLM's
+`tensorrt_llm/_torch/models/modeling_speculative.py` load)::
 
     heads/config.json                   architectures ["LlamaForCausalLMEagle3"], model_type llama,
                                         num_hidden_layers 1, hidden_size H, the layer's heads/ffn/rope,
@@ -126,7 +127,8 @@ def medusa_num_heads(heads_dir: Path, error: Error = ModelError) -> int:
 def medusa_keys(num_heads: int, num_layers: int) -> list[str]:
     """Every tensor name of the layout, head by head."""
     return [k for h in range(num_heads) for k in
-            [f"{h}.{l}.linear.{p}" for l in range(num_layers) for p in ("weight", "bias")] + [f"{h}.{num_layers}.weight"]]
+            [f"{h}.{l}.linear.{p}" for l in range(num_layers) for p in ("weight", "bias")]
+            + [f"{h}.{num_layers}.weight"]]
 
 
 def load_medusa(heads_dir: Path, target: ModelConfig | None = None,
@@ -328,7 +330,8 @@ def load_eagle3(heads_dir: Path, target: ModelConfig, error: Error = ModelError)
             "d2t": (cfg.draft_vocab_size,), "t2d": (c.vocab_size,), "norm.weight": (H,),
             _MID + "self_attn.q_proj.weight": (c.q_size, 2 * H), _MID + "self_attn.k_proj.weight": (c.kv_size, 2 * H),
             _MID + "self_attn.v_proj.weight": (c.kv_size, 2 * H), _MID + "self_attn.o_proj.weight": (H, c.q_size),
-            _MID + "mlp.gate_proj.weight": (c.intermediate_size, H), _MID + "mlp.down_proj.weight": (H, c.intermediate_size)}
+            _MID + "mlp.gate_proj.weight": (c.intermediate_size, H),
+            _MID + "mlp.down_proj.weight": (H, c.intermediate_size)}
     for k, shape in want.items():
         if tuple(w[k].shape) != shape:
             raise error(f"{heads_dir}/{EAGLE_WEIGHTS}: {k} has shape {list(w[k].shape)}, the config gives "

@@ -1,5 +1,5 @@
 """The trainable EAGLE-3 head and its training-time-test (TTT) loss, as SpecForge and the EAGLE repo train it
-(research notes B1, B4; the equations and the layout: trtspec/artifacts/heads.py, "EAGLE-3").
+(arXiv 2503.01840; the equations and the layout: trtspec/artifacts/heads.py, "EAGLE-3").
 
 Parameters carry the layout's names (`fc`, `midlayer.*`, `norm`, `lm_head`), so `layout_tensors()` is the
 checkpoint (plus `d2t`/`t2d`); the target's embedding is a frozen buffer, not saved (vLLM and TensorRT-LLM

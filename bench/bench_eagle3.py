@@ -39,7 +39,7 @@ from bench._common import Meter, jsonl_prompts as prompts, served_deployment  # 
 from trtspec.artifacts.tokenizer import chat_prompt_ids  # noqa: E402
 from trtspec.runtime import SamplingParams, SpecEngine  # noqa: E402
 from trtspec.runtime.stats import acceptance_rate, tokens_per_step  # noqa: E402
-from trtspec.spec import load_spec, spec_from_dict  # noqa: E402
+from trtspec.check import load_spec, spec_from_dict  # noqa: E402
 
 MODEL = REPO / "examples" / "models" / "smollm2-135m-instruct"
 HEAD = REPO / "examples" / "models" / "smollm2-135m-instruct-eagle3"

@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from trtspec.runtime import SamplingParams, SpecEngine  # noqa: E402
 from trtspec.runtime.stats import tokens_per_step  # noqa: E402
-from trtspec.spec import spec_from_dict  # noqa: E402
+from trtspec.check import spec_from_dict  # noqa: E402
 
 METHODS = ["draft-model", "eagle", "medusa", "lookahead"]
 

@@ -36,7 +36,7 @@ def main() -> int:
     from trtspec.artifacts.tokenizer import chat_prompt_ids
     from trtspec.client import generate_remote
     from trtspec.runtime import SamplingParams, SpecEngine
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     base = load_spec(args.spec)
     texts = prompts(ROOT / "examples/smollm2/chat.jsonl", args.prompts)

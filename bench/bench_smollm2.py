@@ -37,7 +37,7 @@ import torch  # noqa: E402
 from bench._common import Meter, jsonl_prompts as prompts, served_deployment  # noqa: E402
 from trtspec.artifacts.tokenizer import chat_prompt_ids  # noqa: E402
 from trtspec.runtime import SamplingParams, SpecEngine  # noqa: E402
-from trtspec.spec import load_spec  # noqa: E402
+from trtspec.check import load_spec  # noqa: E402
 
 MODEL = REPO / "examples" / "models" / "smollm2-135m-instruct"
 SPEC = REPO / "examples" / "smollm2" / "ngram.toml"

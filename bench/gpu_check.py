@@ -150,7 +150,7 @@ def spec_dict(device: str, method: str, target: Path, *, dtype: str = "float32",
 def engine_for(data: dict[str, Any], device: str):
     """A SpecEngine for a spec dict (its runtime.device: cuda or cpu)."""
     from trtspec.runtime import SpecEngine
-    from trtspec.spec import spec_from_dict
+    from trtspec.check import spec_from_dict
 
     return SpecEngine.from_spec(spec_from_dict(data))
 

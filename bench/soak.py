@@ -34,7 +34,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from trtspec.spec import Spec, load_spec  # noqa: E402
+from trtspec.check import load_spec  # noqa: E402
+
+from trtspec.spec import Spec  # noqa: E402
 
 PROMPTS = ["def parse_args(argv):\n    ", "import os\nimport sys\n\n\ndef main():\n", "class Cache:\n    ",
            "for i in range(", "    def __repr__(self):\n        return ", "try:\n    import json\nexcept",

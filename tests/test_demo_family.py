@@ -216,7 +216,7 @@ def test_train_demo_family_serves_each_drafter_greedy_identically(quick_family, 
     trained quick target can flip a token."""
     from trtspec.artifacts.tokenizer import load_tokenizer
     from trtspec.runtime import SamplingParams, SpecEngine
-    from trtspec.spec import spec_from_dict
+    from trtspec.check import spec_from_dict
 
     where = {"draft-model": {"draft": "draft"}, "medusa": {"heads": "medusa"}, "eagle": {"heads": "eagle"}}[method]
     tree = {"choices": [[0], [1], [0, 0], [0, 1], [0, 0, 0]]} if method != "draft-model" else {}

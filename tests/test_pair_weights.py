@@ -14,7 +14,7 @@ from trtspec.artifacts.pair import check_pair
 from trtspec.builders import BuildOptions, build
 from trtspec.cli import main
 from trtspec.errors import PairError
-from trtspec.spec import load_spec
+from trtspec.check import load_spec
 
 from tests.runtime.family import build_family, write_spec
 

@@ -16,7 +16,7 @@ from trtspec.errors import BuildError, ClientError
 from trtspec.repository import pbtxt, serving, textio
 from trtspec.repository.torch_repo import (ENSEMBLE_INPUTS, ENSEMBLE_OUTPUTS, ModelNames, emit_torch_repository,
                                            model_source)
-from trtspec.spec import load_spec, spec_from_dict
+from trtspec.check import load_spec, spec_from_dict
 
 from tests.runtime.family import build_family, write_spec
 

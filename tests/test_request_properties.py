@@ -29,7 +29,7 @@ from trtspec.errors import GenerationError
 from trtspec.repository import pbtxt, serving, textio
 from trtspec.repository.torch_repo import ModelNames, generation_config, postprocessing_config, preprocessing_config
 from trtspec.runtime import SamplingParams
-from trtspec.spec import load_spec
+from trtspec.check import load_spec
 
 from tests.runtime import family
 

@@ -9,7 +9,8 @@ import pytest
 
 from tests.support import DEMO, needs_demo_models
 from trtspec.errors import SpecError
-from trtspec.spec import drafter_spec, load_spec, spec_from_dict
+from trtspec.check import load_spec, spec_from_dict
+from trtspec.spec import drafter_spec
 
 ROUTED = {"schema": 1, "model": {"target": "t"},
           "speculative": {"method": "routed",

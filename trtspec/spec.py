@@ -1,11 +1,12 @@
 """The deployment spec (`trtspec.toml`): one typed, versioned schema every command reads.
 
-Loading is two passes:
-1. structure: pydantic models with `extra="forbid"` (unknown keys, wrong types, out-of-range values);
-2. meaning: cross-field rules (runtime vs. GPU, ports ...); each method's own rules (its weights, its tree,
-   what the TensorRT-LLM runtimes take of it) come from its module in trtspec/methods/.
-Every problem names its key (dotted path), the value seen and the fix. All problems are collected
-and raised together as one SpecError whose `problems` list `trtspec check` prints.
+This module validates the spec's SHAPE: pydantic models with `extra="forbid"` (unknown keys, wrong types,
+out-of-range values), then the cross-field rules that need nothing but the spec (schema version, lengths,
+devices, ports). The rules that need a method or a runtime (each method's own, what a runtime takes of it)
+are not here: the composition point above them, trtspec/check.py, passes them in (`rules`, and the registered
+method names `speculative.method` takes) and the CLI loads specs through it. Every problem names its key
+(dotted path), the value seen and the fix. All problems are collected and raised together as one SpecError
+whose `problems` list `trtspec check` prints.
 
 Relative paths resolve against the folder of the spec file.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -67,20 +69,19 @@ def _checkpoint_path(value: Any, info: ValidationInfo) -> Any:
 CheckpointPath = Annotated[Path, Strict(False), BeforeValidator(_checkpoint_path)]
 
 
-def _method_name(value: Any) -> Any:
-    """A registered method's name (trtspec.methods: the built-in ones, then plug-ins); anything else is refused
-    as a Literal field refuses it, listing the names."""
-    from trtspec import methods
-
-    known = methods.names()
-    if isinstance(value, str) and value in known:
+def _method_name(value: Any, info: ValidationInfo) -> Any:
+    """A registered method's name, when the validation context names them (`methods`: the built-in ones, then
+    plug-ins, as trtspec.check passes them); anything else is refused as a Literal field refuses it, listing
+    the names. Without them any string passes here (a spec read for its shape only)."""
+    known = (info.context or {}).get("methods")
+    if known is None or (isinstance(value, str) and value in known):
         return value
     shown = [repr(n) for n in known]
     raise PydanticCustomError("literal_error", "Input should be {expected}",
                               {"expected": f"{', '.join(shown[:-1])} or {shown[-1]}" if len(shown) > 1 else shown[0]})
 
 
-# speculative.method: one of trtspec.methods.names()
+# speculative.method: one of the registered methods' names (trtspec.methods.names(), passed in by trtspec.check)
 Method = Annotated[str, BeforeValidator(_method_name)]
 
 
@@ -359,30 +360,41 @@ def _structure_problems(exc: ValidationError) -> list[Problem]:
     return problems
 
 
-def _meaning_problems(spec: Spec) -> list[Problem]:
-    from trtspec import backends, methods  # (the registries' own rules: the one call up the layers)
+# --------------------------------------------------------------------------- rules that need the spec only
+# trtspec.check.meaning_problems interleaves them with the method's and the runtime's rules, in this order.
 
-    p: list[Problem] = []
-    s = spec.speculative
+def schema_problems(spec: Spec) -> list[Problem]:
     if spec.schema_ != SCHEMA_VERSION:
-        p.append(Problem("schema", spec.schema_, f"unsupported schema version", f"set schema = {SCHEMA_VERSION}"))
-    method = methods.get(s.method)
-    p.extend(method.problems(spec))  # the method's own rules (trtspec/methods/<name>.py)
-    if not getattr(method, "routed", False):
-        for key in ("drafters", "router"):
-            if getattr(s, key) is not None:
-                p.append(Problem(f"speculative.{key}", _MISSING, f"only a routed spec has several drafters "
-                                 f"(method is '{s.method}')", f"set method = \"routed\" or remove speculative.{key}"))
-    lim = spec.limits
-    if s.schedule is not None:
-        p.extend(schedule_problems(spec, method.drafts))
-    if s.draft_quantization is not None:
-        p.extend(quantization_problems(spec, method.weights, backends.for_spec(spec).capabilities.gpu))
-    if spec.model.quantization is not None and backends.for_spec(spec).capabilities.gpu:
-        flags = " ".join(TRTLLM_WEIGHT_ONLY[spec.model.quantization])
-        p.append(Problem("model.quantization", spec.model.quantization, "applies to the torch runtime; trtspec "
-                         "converts TensorRT-LLM targets unquantized", f"remove it and quantize with TensorRT-LLM "
-                         f"(convert_checkpoint.py {flags}, or the LLM API's QuantConfig(quant_algo=W8A16))"))
+        return [Problem("schema", spec.schema_, "unsupported schema version", f"set schema = {SCHEMA_VERSION}")]
+    return []
+
+
+def drafters_problems(spec: Spec, routed: bool, routed_methods: Sequence[str]) -> list[Problem]:
+    """speculative.drafters / speculative.router, which only a method that routes (`routed`) takes; the hint
+    names `routed_methods`, the ones that do."""
+    s, p = spec.speculative, []
+    if routed:
+        return p
+    fixes = [f"set method = \"{m}\"" for m in routed_methods]
+    for key in ("drafters", "router"):
+        if getattr(s, key) is not None:
+            p.append(Problem(f"speculative.{key}", _MISSING, f"only a routed spec has several drafters "
+                             f"(method is '{s.method}')", " or ".join([*fixes, f"remove speculative.{key}"])))
+    return p
+
+
+def model_quantization_problems(spec: Spec, gpu_runtime: bool) -> list[Problem]:
+    """model.quantization: the torch runtime's (a GPU runtime's targets are converted unquantized)."""
+    if spec.model.quantization is None or not gpu_runtime:
+        return []
+    flags = " ".join(TRTLLM_WEIGHT_ONLY[spec.model.quantization])
+    return [Problem("model.quantization", spec.model.quantization, "applies to the torch runtime; trtspec "
+                    "converts TensorRT-LLM targets unquantized", f"remove it and quantize with TensorRT-LLM "
+                    f"(convert_checkpoint.py {flags}, or the LLM API's QuantConfig(quant_algo=W8A16))")]
+
+
+def length_problems(spec: Spec) -> list[Problem]:
+    s, lim, p = spec.speculative, spec.limits, []
     if s.adaptive.min_draft_tokens > s.num_draft_tokens:
         p.append(Problem("speculative.adaptive.min_draft_tokens", s.adaptive.min_draft_tokens,
                          f"exceeds speculative.num_draft_tokens ({s.num_draft_tokens})",
@@ -390,17 +402,26 @@ def _meaning_problems(spec: Spec) -> list[Problem]:
     if lim.max_seq_len + s.num_draft_tokens > 1 << 20:
         p.append(Problem("limits.max_input_len", lim.max_input_len, "input + output length is too large",
                          "keep max_input_len + max_output_len under 1M tokens"))
-    gpu = spec.gpu
-    backend = backends.for_spec(spec)
-    p.extend(backend.problems(spec))  # what the runtime cannot run: its devices, GPU, parallelism (trtspec/backends/)
-    if spec.world_size > gpu.count:
-        p.append(Problem("gpu.count", gpu.count,
-                         f"tensor_parallel x pipeline_parallel = {spec.world_size} GPUs are needed",
-                         f"set gpu.count >= {spec.world_size}"))
-    p.extend(backend.method_problems(spec))  # what the runtime takes of the method (the TensorRT-LLM ones ask it)
-    if spec.runtime.device == "cuda" and gpu.type == "cpu":
-        p.append(Problem("gpu.type", gpu.type, "runtime.device is 'cuda' but gpu.type is 'cpu'",
-                         "set gpu.type = \"h100\" or \"h200\""))
+    return p
+
+
+def gpu_count_problems(spec: Spec) -> list[Problem]:
+    if spec.world_size > spec.gpu.count:
+        return [Problem("gpu.count", spec.gpu.count,
+                        f"tensor_parallel x pipeline_parallel = {spec.world_size} GPUs are needed",
+                        f"set gpu.count >= {spec.world_size}")]
+    return []
+
+
+def device_problems(spec: Spec) -> list[Problem]:
+    if spec.runtime.device == "cuda" and spec.gpu.type == "cpu":
+        return [Problem("gpu.type", spec.gpu.type, "runtime.device is 'cuda' but gpu.type is 'cpu'",
+                        "set gpu.type = \"h100\" or \"h200\"")]
+    return []
+
+
+def serving_problems(spec: Spec) -> list[Problem]:
+    p = []
     if spec.serving.ensemble_name in RESERVED_MODEL_NAMES:
         p.append(Problem("serving.ensemble_name", spec.serving.ensemble_name,
                          "is the name of another model in the deployment's repository",
@@ -411,6 +432,12 @@ def _meaning_problems(spec: Spec) -> list[Problem]:
         p.append(Problem("serving.grpc_port", ports, "http, grpc and metrics ports must differ",
                          "give each a different port (0 picks a free one)"))
     return p
+
+
+def spec_problems(spec: Spec) -> list[Problem]:
+    """The rules of this module alone, in trtspec.check's order (what a spec read for its shape gets)."""
+    return [*schema_problems(spec), *length_problems(spec), *gpu_count_problems(spec), *device_problems(spec),
+            *serving_problems(spec)]
 
 
 # TensorRT-LLM's weight-only quantization of a checkpoint (examples/*/convert_checkpoint.py), per mode
@@ -493,16 +520,22 @@ def draft_len_schedule(spec: Spec) -> dict[int, int] | None:
     return dict(sorted(out.items()))
 
 
-def spec_from_dict(data: dict[str, Any], base: Path | None = None, source: Path | None = None) -> Spec:
+Rules = Callable[[Spec], list[Problem]]
+
+
+def spec_from_dict(data: dict[str, Any], base: Path | None = None, source: Path | None = None, *,
+                   methods: Sequence[str] | None = None, rules: Rules = spec_problems) -> Spec:
     """Validate a spec given as a dict (already parsed TOML); relative checkpoint paths resolve against `base`
-    (none: kept as written). Raises SpecError listing every problem."""
+    (none: kept as written). `methods`: the names speculative.method takes (None: any); `rules`: the
+    cross-field rules (default: this module's, which need no method or runtime; trtspec.check passes all of
+    them). Raises SpecError listing every problem."""
     where = f" in {source}" if source else ""
     try:
-        spec = Spec.model_validate({**data, "source": source}, context={"base": base})
+        spec = Spec.model_validate({**data, "source": source}, context={"base": base, "methods": methods})
     except ValidationError as exc:
         problems = _structure_problems(exc)
         raise _spec_error(problems, where) from None
-    problems = _meaning_problems(spec)
+    problems = rules(spec)
     if problems:
         raise _spec_error(problems, where)
     return spec
@@ -516,8 +549,10 @@ def _spec_error(problems: list[Problem], where: str) -> SpecError:
                      problems=[str(p) for p in problems])
 
 
-def load_spec(path: str | Path = DEFAULT_SPEC) -> Spec:
-    """Read and validate `trtspec.toml`. Raises SpecError naming the key and the fix."""
+def load_spec(path: str | Path = DEFAULT_SPEC, *, methods: Sequence[str] | None = None,
+              rules: Rules = spec_problems) -> Spec:
+    """Read and validate `trtspec.toml` (`methods`, `rules`: as spec_from_dict's; trtspec.check.load_spec passes
+    them). Raises SpecError naming the key and the fix."""
     path = Path(path)
     if not path.is_file():
         raise SpecError(f"spec file not found: {path}",
@@ -528,7 +563,7 @@ def load_spec(path: str | Path = DEFAULT_SPEC) -> Spec:
         raise SpecError(f"{path}: not valid TOML: {exc}", hint="fix the TOML syntax at the line shown") from None
     except UnicodeDecodeError:
         raise SpecError(f"{path}: not UTF-8 text", hint="save the spec as UTF-8") from None
-    return spec_from_dict(data, base=path.resolve().parent, source=path)
+    return spec_from_dict(data, base=path.resolve().parent, source=path, methods=methods, rules=rules)
 
 
 def check_paths(spec: Spec) -> list[Problem]:

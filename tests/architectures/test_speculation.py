@@ -50,7 +50,7 @@ def test_check_and_build_accept_every_architecture(arch_root, tmp_path):
     runtime runs, and a torch build of it goes through."""
     from trtspec.artifacts.pair import check_pair
     from trtspec.builders import BuildOptions, build
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     spec = load_spec(family.write_spec(arch_root, "lookahead"))
     assert check_pair(spec).problems == []

@@ -16,7 +16,7 @@ from trtspec.artifacts import heads, manifest
 from trtspec.artifacts.hf import ModelConfig
 from trtspec.artifacts.weights import load_weights, weight_shapes
 from trtspec.errors import ConvertError, ModelError, RepositoryError
-from trtspec.spec import spec_from_dict
+from trtspec.check import spec_from_dict
 
 
 @pytest.fixture(scope="module")

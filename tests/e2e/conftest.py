@@ -21,7 +21,8 @@ import pytest
 from trtspec.builders import BuildOptions, BuildResult, build
 from trtspec.repository.torch_repo import ModelNames, emit_torch_repository
 from trtspec.serve import TritonServer
-from trtspec.spec import Spec, load_spec
+from trtspec.check import load_spec
+from trtspec.spec import Spec
 
 ROOT = Path(__file__).resolve().parents[2]
 from tests.runtime import family as tiny

@@ -63,7 +63,7 @@ def _cli(spec, server: TritonServer, repo: Path, out: Path, *extra: str):
 @pytest.fixture(scope="module")
 def target(tmp_path_factory):
     """A fresh explicit-mode server on an empty repository, and the first deploy done with the CLI."""
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     if not demo_ready("target", "draft"):
         pytest.skip("demo family not trained yet")

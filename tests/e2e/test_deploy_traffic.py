@@ -57,7 +57,7 @@ TritonPythonModel.initialize = _candidate_only
 
 
 def _spec(root: Path, target: str, k: int):
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     root.mkdir(parents=True, exist_ok=True)
     path = root / "trtspec.toml"

@@ -63,7 +63,7 @@ def test_a_streamed_chat_served_by_triton_equals_inprocess_plain_decoding(tmp_pa
     from trtspec.repository.serving import load_engine_spec
     from trtspec.runtime import SamplingParams, SpecEngine
     from trtspec.serve import TritonServer
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     result = build(load_spec(SPEC), BuildOptions(out_engines=tmp_path / "engines",
                                                  out_repo=tmp_path / "model_repository", progress=False))

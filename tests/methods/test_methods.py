@@ -13,7 +13,7 @@ from trtspec import methods
 from trtspec.convert import params
 from trtspec.errors import SpecError
 from trtspec.methods.lookahead import lookahead_max_draft_len
-from trtspec.spec import spec_from_dict
+from trtspec.check import spec_from_dict
 
 BUILTIN = ("draft-model", "medusa", "eagle", "lookahead", "ngram", "suffix", "none")
 

@@ -17,7 +17,8 @@ from trtspec.errors import BuildError, ConvertError, RepositoryError, SpecError
 from trtspec.methods.base import Method
 from trtspec.runtime import Draft, DraftPlan, Proposer, SamplingParams, SpecEngine
 from trtspec.runtime.proposer import EMPTY, chain
-from trtspec.spec import Problem, spec_from_dict
+from trtspec.check import spec_from_dict
+from trtspec.spec import Problem
 
 NAME = "repeat-last-token"
 

@@ -18,7 +18,7 @@ from trtspec.methods.suffix import OutputCache, SuffixProposer, SuffixTree, spec
 from trtspec.runtime import AdaptiveConfig, Llama, SamplingParams, SpecEngine
 from trtspec.runtime.cache import branch_inputs, chain_inputs
 from trtspec.runtime.proposer import Branch
-from trtspec.spec import spec_from_dict
+from trtspec.check import spec_from_dict
 
 torch.set_num_threads(1)
 

@@ -7,7 +7,8 @@ import pytest
 
 from tests.runtime import family
 from trtspec.errors import SpecError
-from trtspec.spec import draft_len_schedule, load_spec, schedule_k, spec_from_dict
+from trtspec.check import load_spec, spec_from_dict
+from trtspec.spec import draft_len_schedule, schedule_k
 
 
 def _spec(schedule, *, k=4, batch=4, method="draft-model", **extra):

@@ -10,7 +10,7 @@ from tests.support import DEMO as DEMO_SPECS
 from tests.support import MODELS as DEMO_MODELS
 from tests.support import demo_ready
 from trtspec.runtime import SamplingParams, SpecEngine
-from trtspec.spec import load_spec
+from trtspec.check import load_spec
 
 pytestmark = pytest.mark.skipif(not demo_ready("target", "draft", "medusa", "eagle"),
                                 reason="demo family not trained yet (examples/models)")

@@ -70,7 +70,7 @@ def test_moved_workspace_rebuilds_nothing(make_spec, build_opts, workdir, record
     import shutil
 
     from trtspec.builders import BuildOptions
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     build(make_spec("medusa"), build_opts())
     moved = tmp_path_factory.mktemp("elsewhere") / "ws"

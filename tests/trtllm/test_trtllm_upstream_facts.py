@@ -148,7 +148,7 @@ def test_runtime_trtllm_dtype_is_what_tensorrt_llm_builds_and_serves(make_spec, 
 def test_the_demo_specs_are_valid_for_both_tensorrt_llm_runtimes(method):
     from trtspec.cli.options import with_runtime
     from trtspec.errors import SpecError
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     spec = load_spec(DEMO / f"{method}.toml")
     assert spec.model.dtype == "float32"  # the torch runtime's demo stays exact

@@ -34,7 +34,7 @@ def convert(config, out_dir, out_engines, tp, pp, force, as_json) -> None:
     from pathlib import Path
 
     from trtspec.convert import convert as run_convert
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     spec = load_spec(config)
     log = None if as_json else (lambda msg: click.echo(msg, err=True))

@@ -45,7 +45,7 @@ def bundle(config: str, out: Path, out_engines: Path, out_repo: Path, image_root
     """Assemble the docker build context of the serving image (ci/Dockerfile): engines or checkpoints,
     tokenizer, the repository re-pointed at them, launch.sh, bundle.json."""
     from trtspec.backends.bundle import bundle as make_bundle
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     path = make_bundle(load_spec(config), out, engines_root=out_engines, repo_root=out_repo, image_root=image_root)
     click.echo(f"bundle written to {path}")
@@ -80,7 +80,7 @@ def key(config: str, out_engines: Path) -> None:
     from trtspec.artifacts.fs import digest
     from trtspec.builders.trtllm.cache import spec_engine_keys
     from trtspec.errors import BuildError
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     spec = load_spec(config)
     try:

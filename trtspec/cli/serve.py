@@ -78,7 +78,7 @@ def serve(config, grpc_port, http_port, metrics_port, host, admin_key, open_mode
     from trtspec.serve import ServeOptions
     from trtspec.serve.bundled import endpoint_lines, public
     from trtspec.serve.server import GrpcTls, check_admin_key, check_host
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     spec = with_runtime(load_spec(config), runtime)
     if stop:

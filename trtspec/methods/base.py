@@ -44,6 +44,7 @@ class Method:
     weights: ClassVar[Literal["draft", "heads"] | None] = None
     tree: ClassVar[bool] = False
     drafts: ClassVar[bool] = True
+    routed: ClassVar[bool] = False       # takes speculative.drafters / speculative.router (one per request)
 
     # TensorRT-LLM engine (trtllm-build flags, tensorrtllm backend parameters)
     trtllm_engine: ClassVar[bool] = False         # trtspec can build it as a TensorRT-LLM engine

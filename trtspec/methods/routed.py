@@ -49,7 +49,7 @@ def _under(i: int, problems: list[Problem]) -> list[Problem]:
 class Routed(Method):
     name = NAME
     title = "routed drafters"
-    routed = True  # spec.py: only this method takes speculative.drafters / speculative.router
+    routed = True
     llmapi_refusal = "one LLM takes one speculative_config: several drafters per request are trtspec's torch runtime"
 
     def drafters(self, spec: Spec) -> list[tuple[str, Method, Spec]]:
@@ -83,7 +83,7 @@ class Routed(Method):
                                  "give each drafter its own name"))
         heads = []
         for i, (name, method, sub) in enumerate(self.drafters(spec)):
-            if getattr(method, "routed", False):
+            if method.routed:
                 p.append(Problem(f"speculative.drafters[{i}].method", method.name, "a drafter cannot route again",
                                  f"use one of {', '.join(n for n in methods.names() if n != NAME)}"))
                 continue

@@ -98,9 +98,10 @@ def server_rss(server) -> tuple[float, int]:
 def references(spec: Spec, engine_dir: Path, prompts: list[str], max_tokens: int) -> list[str]:
     """Greedy plain-decoding texts of `prompts` in-process, on the weights the server loads."""
     from trtspec.repository.serving import load_engine_spec
-    from trtspec.runtime import SamplingParams, SpecEngine
+    from trtspec import methods
+    from trtspec.runtime import SamplingParams
 
-    engine = SpecEngine.from_spec(load_engine_spec(engine_dir))
+    engine = methods.engine(load_engine_spec(engine_dir))
     try:
         params = SamplingParams(max_new_tokens=max_tokens, num_draft_tokens=0)
         return [engine.generate(p, params).text for p in prompts]

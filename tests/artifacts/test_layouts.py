@@ -12,6 +12,7 @@ import torch
 
 from tests.runtime import family
 from tests.trtllm import fixtures as fx
+from trtspec import methods
 from trtspec.artifacts import heads, manifest
 from trtspec.artifacts.hf import ModelConfig
 from trtspec.artifacts.weights import load_weights, weight_shapes
@@ -81,7 +82,7 @@ def test_medusa_num_heads_has_one_error_behaviour_everywhere(fam, tmp_path, valu
     from trtspec.artifacts.pair import check_pair
     from trtspec.builders.trtllm.memory import memory_plan
     from trtspec.methods.medusa import num_heads as medusa_num_heads
-    from trtspec.runtime import SpecEngine
+    from trtspec import methods
 
     root = _copy(fam, tmp_path)
     cfg = json.loads((root / "medusa" / "config.json").read_text())
@@ -94,7 +95,7 @@ def test_medusa_num_heads_has_one_error_behaviour_everywhere(fam, tmp_path, valu
     trtllm = spec.model_copy(update={"runtime": spec.runtime.model_copy(update={"kind": "trtllm-engine"})})
     assert any("medusa_num_heads" in p for p in memory_plan(trtllm).problems)
     with pytest.raises(ModelError, match="medusa_num_heads"):
-        SpecEngine.from_spec(spec)
+        methods.engine(spec)
 
 
 def test_medusa_writer_and_reader_round_trip_and_refuse_a_wrong_layout(tmp_path):
@@ -129,11 +130,11 @@ def test_eagle_heads_must_fit_the_target_already_at_check_time(fam, tmp_path):
 def test_an_eagle_head_config_inherits_the_targets_keys_in_the_runtime_too(fam, tmp_path):
     """EAGLE-1 head configs may record only what differs from the target: the converter always merged them over
     the target's config; the runtime now reads them the same way (it used to refuse a missing key)."""
-    from trtspec.runtime import SamplingParams, SpecEngine
+    from trtspec.runtime import SamplingParams
 
     root = _copy(fam, tmp_path)
     (root / "eagle" / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 1}))
-    eng = SpecEngine.from_spec(_spec(root, "eagle", heads="eagle"))
+    eng = methods.engine(_spec(root, "eagle", heads="eagle"))
     assert len(eng.generate([1, 2, 3], SamplingParams(max_new_tokens=4)).tokens) == 4
 
 

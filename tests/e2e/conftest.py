@@ -143,13 +143,13 @@ def e2e(tmp_path_factory) -> E2E:
 @pytest.fixture(scope="session")
 def local_engines(e2e):
     """In-process SpecEngines on the same served weights (for the identity checks)."""
-    from trtspec.runtime import SpecEngine
+    from trtspec import methods
 
     engines: dict[str, object] = {}
 
     def get(method: str):
         if method not in engines:
-            engines[method] = SpecEngine.from_spec(e2e.deployments[method].served_spec)
+            engines[method] = methods.engine(e2e.deployments[method].served_spec)
         return engines[method]
 
     yield get

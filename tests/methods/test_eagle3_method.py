@@ -14,6 +14,7 @@ import torch
 from tests.runtime import family
 from tests.runtime.test_rejection import chi2_z
 from tests.train.eagle3_support import save_eagle3, save_target4, write_spec
+from trtspec import methods
 from trtspec.runtime import SamplingParams, SpecEngine
 from trtspec.runtime.llama import Llama
 from trtspec.check import load_spec
@@ -50,11 +51,11 @@ def test_captured_layers_are_the_outputs_of_those_transformers_layers(pair):
 @pytest.mark.parametrize("k,choices", [(4, None), (6, TREE)], ids=["chain", "tree"])
 def test_greedy_identity_with_a_reduced_vocabulary_batch_1_and_4(pair, k, choices):
     root, target, head = pair
-    plain = SpecEngine.from_spec(load_spec(write_spec(root, target, head, k=k, choices=choices, name=f"p{k}")))
+    plain = methods.engine(load_spec(write_spec(root, target, head, k=k, choices=choices, name=f"p{k}")))
     prompts = [torch.randint(1, 90, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (3, 9, 17, 5, 11)]
     sp0 = SamplingParams(max_new_tokens=30, num_draft_tokens=0)
     reference = [plain.generate(p, sp0).tokens for p in prompts]
-    eng = SpecEngine.from_spec(load_spec(write_spec(root, target, head, k=k, choices=choices, name=f"s{k}")))
+    eng = methods.engine(load_spec(write_spec(root, target, head, k=k, choices=choices, name=f"s{k}")))
     assert type(eng.proposer).__name__ == "Eagle3Proposer"
     sp = SamplingParams(max_new_tokens=30, num_draft_tokens=k)
     single = [eng.generate(p, sp) for p in prompts]

@@ -72,12 +72,12 @@ def test_the_llmapi_model_yaml_carries_the_floored_schedule():
 
 
 def _scheduled_engine(fam, schedule, **kw):
-    from trtspec.runtime import SpecEngine
+    from trtspec import methods
 
     spec = load_spec(family.write_spec(fam, "draft-model", draft="draft_near", **kw))
     data = spec.to_dict()
     data["speculative"]["schedule"] = {str(b): k for b, k in schedule.items()}
-    return SpecEngine.from_spec(spec_from_dict(data))
+    return methods.engine(spec_from_dict(data))
 
 
 def _run(engine, prompts, lengths):

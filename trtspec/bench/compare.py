@@ -85,9 +85,10 @@ Runner = Callable[[str, "int | None"], tuple[str, int, float, float | None, int,
 def local_runner(spec: Spec, max_tokens: int, chat: bool = False) -> Runner:
     """In-process requests; `chat`: each prompt is a user message rendered with the chat template."""
     from trtspec.artifacts.tokenizer import chat_prompt_ids
-    from trtspec.runtime import SamplingParams, SpecEngine
+    from trtspec import methods
+    from trtspec.runtime import SamplingParams
 
-    engine = SpecEngine.from_spec(spec)
+    engine = methods.engine(spec)
 
     def run(prompt: str, k: int | None):
         ids = chat_prompt_ids(engine.tokenizer, prompt) if chat else prompt

@@ -114,10 +114,11 @@ def _echo_after_prompt(prompt: str):
 
 def _local(config, text, max_tokens, temperature, top_k, top_p, seed, k, stop, on_text, messages=None,
            task=None) -> dict:
-    from trtspec.runtime import SamplingParams, SpecEngine
+    from trtspec import methods
+    from trtspec.runtime import SamplingParams
     from trtspec.check import load_spec
 
-    engine = SpecEngine.from_spec(load_spec(config))
+    engine = methods.engine(load_spec(config))
     params = SamplingParams(max_new_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                             seed=seed, stop=tuple(stop), num_draft_tokens=k)
     if messages is None:

@@ -23,8 +23,14 @@ LLM-API mapping.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from trtspec.errors import SpecError
 from trtspec.methods.base import Method, raise_first
+from trtspec.spec import Spec
+
+if TYPE_CHECKING:
+    from trtspec.runtime.engine import SpecEngine
 
 _METHODS: dict[str, Method] = {}
 
@@ -58,10 +64,20 @@ def registered() -> tuple[Method, ...]:
     return tuple(_METHODS.values())
 
 
+def engine(spec: Spec, tokenizer: Any = None) -> SpecEngine:
+    """The torch runtime's engine for the spec: its method's Proposer handed to SpecEngine, as gpt-fast hands
+    draft_model to speculative_decode (a method that drafts nothing runs with K = 0)."""
+    from trtspec.runtime.engine import SpecEngine  # (torch: loaded when an engine is made, not with the registry)
+
+    method = get(spec.method)
+    return SpecEngine.from_spec(spec, method.proposer(spec, spec.runtime.device), tokenizer,
+                                num_draft_tokens=spec.speculative.num_draft_tokens if method.drafts else 0)
+
+
 from trtspec.methods import draft_model, eagle, lookahead, medusa, ngram, none, routed, suffix  # noqa: E402
 
 for _m in (draft_model.DraftModel(), medusa.Medusa(), eagle.Eagle(), lookahead.Lookahead(), ngram.Ngram(),
            suffix.Suffix(), none.Plain(), routed.Routed()):
     register(_m)
 
-__all__ = ["Method", "get", "names", "raise_first", "register", "registered", "unregister"]
+__all__ = ["Method", "engine", "get", "names", "raise_first", "register", "registered", "unregister"]

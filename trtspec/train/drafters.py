@@ -162,7 +162,7 @@ def _prompt_ids(tok, item) -> list[int]:
 
 
 def _engine(target: Path, spec_extra: dict[str, Any], batch: int, max_in: int, max_out: int, device: str, tok):
-    from trtspec.runtime import SpecEngine
+    from trtspec import methods
     from trtspec.spec import spec_from_dict
 
     spec = spec_from_dict({
@@ -170,7 +170,7 @@ def _engine(target: Path, spec_extra: dict[str, Any], batch: int, max_in: int, m
         "speculative": {"method": "none", **spec_extra},
         "limits": {"max_batch_size": batch, "max_input_len": max_in, "max_output_len": max_out},
         "runtime": {"kind": "torch", "device": device}})
-    return SpecEngine.from_spec(spec, tokenizer=tok)
+    return methods.engine(spec, tokenizer=tok)
 
 
 def make_data(work: Path, target: Path, cfg: TrainConfig, tok, report: Reporter, log) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError, ValidationInfo
 from pydantic_core import PydanticCustomError
 
-from trtspec.errors import SpecError
+from trtspec.errors import SpecError, TrtspecError
 from trtspec.names import NAME_RULE, RESERVED_MODEL_NAMES, PathName
 
 SCHEMA_VERSION = 1
@@ -320,6 +320,14 @@ class Problem:
 
 
 _MISSING = object()
+
+
+def raise_first(problems: list[Problem], error: type[TrtspecError]) -> None:
+    """Raise the first problem as `error` (a converter or builder asking a rule again)."""
+    if problems:
+        p = problems[0]
+        shown = "" if p.value is _MISSING else f" = {p.value!r}"
+        raise error(f"{p.key}{shown}: {p.message}", hint=p.hint)
 
 _FIXES = {
     "extra_forbidden": "remove the key or check its spelling against `trtspec init`",

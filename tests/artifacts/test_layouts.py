@@ -80,9 +80,8 @@ def test_medusa_num_heads_has_one_error_behaviour_everywhere(fam, tmp_path, valu
     """Missing or not an integer >= 1: an error naming the key in check, convert, the memory plan and the
     runtime alike (the memory plan used to assume one head, the converter 0 heads, the runtime int("4"))."""
     from trtspec.artifacts.pair import check_pair
+    from trtspec.backends.trtllm_engine_methods import engine_method, medusa_num_heads
     from trtspec.builders.trtllm.memory import memory_plan
-    from trtspec.methods.medusa import num_heads as medusa_num_heads
-    from trtspec import methods
 
     root = _copy(fam, tmp_path)
     cfg = json.loads((root / "medusa" / "config.json").read_text())
@@ -93,7 +92,7 @@ def test_medusa_num_heads_has_one_error_behaviour_everywhere(fam, tmp_path, valu
     with pytest.raises(ConvertError, match="medusa_num_heads"):
         medusa_num_heads(spec)
     trtllm = spec.model_copy(update={"runtime": spec.runtime.model_copy(update={"kind": "trtllm-engine"})})
-    assert any("medusa_num_heads" in p for p in memory_plan(trtllm).problems)
+    assert any("medusa_num_heads" in p for p in memory_plan(trtllm, engine_method(trtllm)).problems)
     with pytest.raises(ModelError, match="medusa_num_heads"):
         methods.engine(spec)
 

@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 from tests.support import MODELS
 from trtspec import methods
+from trtspec.backends.trtllm_engine_methods import engine_method
 from trtspec.builders.trtllm.plan import make_plan
 from trtspec.cli import main
-from trtspec.convert import jobs_for_spec
 from trtspec.errors import BuildError, ConvertError, RepositoryError, SpecError
 from trtspec.methods.base import Method
 from trtspec.runtime import Draft, DraftPlan, Proposer, SamplingParams
@@ -132,9 +132,9 @@ def test_the_tensorrt_llm_paths_refuse_it_cleanly(toy, tmp_path):
         assert "(fix: use runtime.kind = \"torch\"" in problem
     spec = spec_from_dict(_spec())  # a torch spec handed to the TensorRT-LLM code paths directly
     with pytest.raises(BuildError, match="no TensorRT-LLM engine build"):
-        make_plan(spec, engines_root=tmp_path)
+        make_plan(spec, engine_method(spec), engines_root=tmp_path)
     with pytest.raises(ConvertError, match="no TensorRT-LLM engine build"):
-        jobs_for_spec(spec, tmp_path)
+        engine_method(spec).conversions(spec, tmp_path)
     with pytest.raises(RepositoryError, match="cannot be served by runtime 'trtllm-llmapi'"):
         methods.get(NAME).llmapi_options(spec)
     assert not list(tmp_path.iterdir())

@@ -188,10 +188,12 @@ def test_lookahead_spec_maps_to_the_engine_and_is_refused_by_the_llmapi():
                            "speculative": {"method": "lookahead", "lookahead": {"window": 5, "ngram": 4,
                                                                                  "verification_set": 3}},
                            "runtime": {"kind": "trtllm-engine", "device": "cuda"}, "gpu": {"type": "h100"}})
-    m = methods.get("lookahead")
-    assert m.max_draft_len(spec) == 2 + 7 * 3
-    assert m.backend_parameters(spec, "target") == {"lookahead_window_size": "5", "lookahead_ngram_size": "4",
-                                                    "lookahead_verification_set_size": "3"}
+    from trtspec.backends.trtllm_engine_methods import engine_method
+
+    m, engine = methods.get("lookahead"), engine_method(spec)
+    assert engine.max_draft_len(spec) == 2 + 7 * 3
+    assert engine.backend_parameters(spec, "target") == {"lookahead_window_size": "5", "lookahead_ngram_size": "4",
+                                                         "lookahead_verification_set_size": "3"}
     assert m.notes(spec) == [DEPRECATION]
 
 

@@ -12,7 +12,8 @@ import yaml
 
 from trtspec.backends import launch_command, launch_script_command
 from trtspec.builders import build
-from trtspec.builders.trtllm.memory import memory_plan
+from trtspec.backends.trtllm_engine_methods import engine_method
+from trtspec.builders.trtllm import memory
 from trtspec.convert import params
 from trtspec.errors import RepositoryError
 from trtspec.repository import pbtxt
@@ -62,9 +63,13 @@ def cpp_csv_vec_vec_int(s: str) -> list[list[int]]:
     return out
 
 
+def memory_plan(spec):
+    return memory.memory_plan(spec, engine_method(spec))
+
+
 def _render(spec, workdir):
     engines = {"target": str(workdir / "e" / "target"), "draft": str(workdir / "e" / "draft")}
-    return render_engine_repository(spec, engine_dirs=engines, memory=memory_plan(spec))
+    return render_engine_repository(spec, engine_method(spec), engine_dirs=engines, memory=memory_plan(spec))
 
 
 def _configs(files: dict[str, str], tmp: Path) -> dict[str, object]:

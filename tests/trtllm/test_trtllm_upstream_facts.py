@@ -132,14 +132,14 @@ def test_float32_is_refused_with_the_fix(make_spec, kind):
 
 def test_runtime_trtllm_dtype_is_what_tensorrt_llm_builds_and_serves(make_spec, workdir):
     """A spec keeps float32 for the torch runtime and says float16 for TensorRT-LLM (the demo specs do)."""
+    from trtspec.backends.trtllm_engine_methods import engine_method
     from trtspec.builders.trtllm.plan import make_plan
-    from trtspec.convert import jobs_for_spec
     from trtspec.repository.trtllm.llmapi import model_yaml
 
     spec = make_spec("draft-model", dtype="float32", trtllm='dtype = "bfloat16"\n')
-    flags = make_plan(spec, engines_root=workdir / "engines").steps[0].flags
+    flags = make_plan(spec, engine_method(spec), engines_root=workdir / "engines").steps[0].flags
     assert flags[flags.index("--gemm_plugin") + 1] == "bfloat16"
-    assert {j.dtype for j in jobs_for_spec(spec, workdir / "ckpt")} == {"bfloat16"}
+    assert {j.dtype for j in engine_method(spec).conversions(spec, workdir / "ckpt")} == {"bfloat16"}
     api = make_spec("draft-model", name="api", kind="trtllm-llmapi", dtype="float32", trtllm='dtype = "float16"\n')
     assert model_yaml(api)["dtype"] == "float16"
 
@@ -315,10 +315,12 @@ def render_engine_repository_for(spec):
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc
 
+    from trtspec.backends.trtllm_engine_methods import engine_method
     from trtspec.builders.trtllm.memory import memory_plan
     from trtspec.repository.trtllm import render_engine_repository
 
-    files = render_engine_repository(spec, engine_dirs={"target": "/e/target"}, memory=memory_plan(spec))
+    method = engine_method(spec)
+    files = render_engine_repository(spec, method, engine_dirs={"target": "/e/target"}, memory=memory_plan(spec, method))
     manifest = json.loads(files["trtspec.repo.json"])
     assert "template_drift" in manifest
     return {m: text_format.Parse(files[f"{m}/config.pbtxt"], mc.ModelConfig()) for m in ("preprocessing", "tensorrt_llm")}

@@ -48,9 +48,10 @@ class TrtllmBackend(Backend):
         if (note := versions.image_note(spec.runtime.trtllm.version, spec.runtime.trtllm.image)) is not None:
             report.notes.append(note)
         if models and report.pair is not None:
+            from trtspec.backends.trtllm_engine_methods import engine_method
             from trtspec.builders.trtllm.memory import memory_plan
 
-            plan = memory_plan(spec)
+            plan = memory_plan(spec, engine_method(spec))  # (the LLM API sizes its models as the engines would)
             if plan.ok:
                 report.memory_plan = "\n".join(plan.lines())
             report.add(PairError, [f"memory plan: {p}" for p in plan.problems])

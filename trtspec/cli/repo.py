@@ -78,13 +78,14 @@ def key(config: str, out_engines: Path) -> None:
     """Print `name=<name>` and `engine_key=<sha256 over every engine's key>` (dotenv / $GITHUB_OUTPUT lines)
     for a spec whose checkpoints are converted (`trtspec convert`; CPU only)."""
     from trtspec.artifacts.fs import digest
+    from trtspec.backends.trtllm_engine_methods import engine_method
     from trtspec.builders.trtllm.cache import spec_engine_keys
-    from trtspec.errors import BuildError
     from trtspec.check import load_spec
+    from trtspec.errors import BuildError
 
     spec = load_spec(config)
     try:
-        keys = spec_engine_keys(spec, out_engines)
+        keys = spec_engine_keys(spec, engine_method(spec), out_engines)
     except FileNotFoundError as exc:
         raise BuildError(str(exc), hint=f"trtspec convert -c {config}") from None
     click.echo(f"name={spec.name}")

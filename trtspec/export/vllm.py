@@ -48,11 +48,12 @@ def vllm_method(spec: Spec) -> tuple[str | None, dict[str, Any]]:
     decided it); RepositoryError when vLLM has none."""
     from trtspec import methods
     from trtspec.artifacts.heads import eagle_version
+    from trtspec.backends.trtllm_engine_methods import engine_method
 
     m = methods.get(spec.method)
     if not m.drafts:
         return None, {}
-    name, config = BY_DECODING_MODE.get(m.speculative_decoding_mode or ""), {}
+    name, config = BY_DECODING_MODE.get(engine_method(spec).speculative_decoding_mode or ""), {}
     if name is None:
         try:
             config = m.llmapi_options(_llmapi_probe(spec)).get("speculative_config") or {}

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from trtspec.errors import SpecError
-from trtspec.methods.base import Method, raise_first
+from trtspec.methods.base import Method
 from trtspec.spec import Spec
 
 if TYPE_CHECKING:
@@ -80,4 +80,4 @@ for _m in (draft_model.DraftModel(), medusa.Medusa(), eagle.Eagle(), lookahead.L
            suffix.Suffix(), none.Plain(), routed.Routed()):
     register(_m)
 
-__all__ = ["Method", "engine", "get", "names", "raise_first", "register", "registered", "unregister"]
+__all__ = ["Method", "engine", "get", "names", "register", "registered", "unregister"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtspec.methods.base import DRAFT, TARGET, Method
+from trtspec.methods.base import Method
 from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, ProposalBatch, Proposer, chain
 from trtspec.spec import Problem, Spec
 
@@ -124,9 +124,6 @@ class DraftModel(Method):
     title = "draft-model"
     weights = "draft"
     trtllm_engine = True
-    speculative_decoding_mode = "draft_tokens_external"
-    draft_len_flag = True
-    paged_context_fmha = True
     llmapi_refusal = None
 
     def drafter(self, spec: Spec) -> dict[str, Any] | None:
@@ -169,25 +166,6 @@ class DraftModel(Method):
 
     def proposer(self, spec: Spec, device: str) -> Proposer:
         return DraftModelProposer(spec.speculative.draft, dtype=spec.model.dtype, device=device)
-
-    def engine_roles(self, spec: Spec) -> tuple[str, ...]:
-        return (TARGET, DRAFT)
-
-    def max_draft_len(self, spec: Spec) -> int:
-        return spec.speculative.num_draft_tokens
-
-    def build_flags(self, spec: Spec, role: str) -> list[str]:
-        gather = role == DRAFT and spec.runtime.trtllm.use_draft_logits
-        return super().build_flags(spec, role) + (["--gather_generation_logits"] if gather else [])
-
-    def fast_logits(self, spec: Spec) -> bool:
-        return spec.runtime.trtllm.use_draft_logits
-
-    def convert_jobs(self, spec: Spec, out: Path, tp: int, pp: int) -> list:
-        from trtspec.convert.checkpoint import LLAMA, ConvertJob
-
-        draft = ConvertJob(DRAFT, LLAMA, Path(spec.speculative.draft), None, out / DRAFT, tp, 1, spec.trtllm_dtype)
-        return super().convert_jobs(spec, out, tp, pp) + [draft]  # the draft: the target's TP, no PP
 
     def llmapi_options(self, spec: Spec) -> dict[str, Any]:
         s = spec.speculative

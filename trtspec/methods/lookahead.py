@@ -21,8 +21,7 @@ import random
 import zlib
 from typing import TYPE_CHECKING
 
-from trtspec.convert import params
-from trtspec.methods.base import TARGET, Method
+from trtspec.methods.base import Method
 from trtspec.runtime.proposer import EMPTY, Branch, Draft, DraftPlan, ProposalBatch, Proposer, trie
 from trtspec.spec import Problem, Spec
 
@@ -215,9 +214,6 @@ class Lookahead(Method):
     name = NAME
     title = "lookahead decoding"
     trtllm_engine = True
-    speculative_decoding_mode = "lookahead_decoding"
-    draft_len_flag = True
-    decoding_mode = "lookahead"
     llmapi_refusal = ("TensorRT-LLM's LookaheadDecodingConfig runs on TensorRT engines only, not the LLM API's "
                       "PyTorch backend")
 
@@ -231,22 +227,6 @@ class Lookahead(Method):
     def notes(self, spec: Spec) -> list[str]:
         return [DEPRECATION]
 
-    def engine_problems(self, spec: Spec, pp: int | None = None) -> list[Problem]:
-        p = super().engine_problems(spec, pp)
-        if (why := params.draft_len_excess(self.max_draft_len(spec))) is not None:
-            p.append(Problem("speculative.lookahead", spec.speculative.lookahead.model_dump(), f"needs {why}",
-                             "use a smaller window, ngram or verification_set"))
-        return p
-
     def proposer(self, spec: Spec, device: str) -> Proposer:
         la = spec.speculative.lookahead
         return LookaheadProposer(la.window, la.ngram, la.verification_set)
-
-    def max_draft_len(self, spec: Spec) -> int:
-        la = spec.speculative.lookahead
-        return lookahead_max_draft_len(la.window, la.ngram, la.verification_set)
-
-    def backend_parameters(self, spec: Spec, role: str) -> dict[str, str]:
-        la = spec.speculative.lookahead
-        return {"lookahead_window_size": str(la.window), "lookahead_ngram_size": str(la.ngram),
-                "lookahead_verification_set_size": str(la.verification_set)} if role == TARGET else {}

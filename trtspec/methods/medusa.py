@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtspec.artifacts import heads as layouts
-from trtspec.convert import params
-from trtspec.errors import ConvertError, ModelError
-from trtspec.methods.base import TARGET, Method
+from trtspec.errors import ModelError
+from trtspec.methods.base import Method
 from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, HeadProposer, ProposalBatch, Proposer
 from trtspec.spec import Problem, Spec
 
@@ -26,8 +25,6 @@ if TYPE_CHECKING:
     import torch
 
     from trtspec.artifacts.hf import ModelConfig
-    from trtspec.builders.trtllm.memory import HeadSizes
-    from trtspec.convert.checkpoint import ConvertJob
     from trtspec.runtime.llama import Llama
 
 NAME = "medusa"
@@ -108,14 +105,6 @@ class MedusaProposer(HeadProposer):
             self.last[b] = hidden[b, path[-1] + 1 if path else 0]
 
 
-def num_heads(spec: Spec) -> int:
-    """The spec's Medusa heads count for the TensorRT-LLM paths (artifacts.heads' one reader, as a
-    ConvertError: the converter's failure class; the memory plan lists it as a problem)."""
-    if spec.speculative.heads is None:
-        raise ConvertError(f"method '{NAME}' needs speculative.heads", hint="set speculative.heads in the spec")
-    return layouts.medusa_num_heads(spec.speculative.heads, ConvertError)
-
-
 def heads_depth_problems(spec: Spec, heads: int) -> list[Problem]:
     """A tree deeper than the heads, or a chain longer than them (needs the heads' config)."""
     choices = spec.speculative.choices or []
@@ -137,10 +126,6 @@ class Medusa(Method):
     weights = "heads"
     tree = True
     trtllm_engine = True
-    speculative_decoding_mode = "medusa"
-    decoding_mode = "medusa"
-    multi_block = False  # TensorRT-LLM's own runner turns it off for Medusa (unsupported there)
-    head_weights = layouts.MEDUSA_WEIGHTS
     llmapi_refusal = ("the TensorRT-LLM LLM API (PyTorch backend) does not support Medusa: MedusaDecodingConfig "
                       "supports the TensorRT engine backend only")
 
@@ -180,40 +165,3 @@ class Medusa(Method):
 
     def proposer(self, spec: Spec, device: str) -> Proposer:
         return MedusaProposer(spec.speculative.heads, spec.speculative.choices, device=device)
-
-    def choices(self, spec: Spec) -> params.Choices:
-        """The spec's tree, or a greedy chain as deep as the heads allow (at most num_draft_tokens)."""
-        if spec.speculative.choices:
-            return [list(c) for c in spec.speculative.choices]
-        return params.chain(min(spec.speculative.num_draft_tokens, num_heads(spec)))
-
-    def max_draft_len(self, spec: Spec) -> int:
-        return len(self.choices(spec))
-
-    def backend_parameters(self, spec: Spec, role: str) -> dict[str, str]:
-        return {"medusa_choices": params.brace_choices(self.choices(spec))} if role == TARGET else {}
-
-    def convert_jobs(self, spec: Spec, out: Path, tp: int, pp: int) -> list[ConvertJob]:
-        from trtspec.convert.checkpoint import ConvertJob
-
-        return [ConvertJob(TARGET, NAME, Path(spec.model.target), Path(spec.speculative.heads), out / TARGET, tp,
-                           pp, spec.trtllm_dtype, max_draft_len=len(self.choices(spec)))]
-
-    def trtllm_checkpoint(self, job: ConvertJob, shape: ModelConfig, target: dict[str, Any], dtype: Any):
-        from trtspec.convert import llama
-
-        hcfg, heads = layouts.load_medusa(job.heads_dir, shape, ConvertError)
-        nh, nl, mapping = hcfg.num_heads, hcfg.num_layers, job.mapping
-        config = llama.medusa_config(shape, job.dtype, mapping, num_heads=nh, num_layers=nl,
-                                     max_draft_len=job.max_draft_len)
-        return config, lambda t, p: llama.medusa_rank_weights(heads, shape, mapping, t, p, nh, nl, dtype,
-                                                              str(job.heads_dir))
-
-    def memory_extras(self, spec: Spec, target: ModelConfig, tp: int, nbytes: int) -> HeadSizes:
-        """N heads of L residual layers (H x H + bias) and an LM head each, on the target's last stage."""
-        from trtspec.builders.trtllm.memory import HeadSizes
-
-        hcfg = layouts.medusa_config(spec.speculative.heads)
-        n, nl, H, V = hcfg.num_heads, hcfg.num_layers, target.hidden_size, target.vocab_size
-        vpad = -(-V // tp) * tp
-        return HeadSizes(n * (nl * (H * H + H) + V * H), n * (nl * (H * H + H) / tp + vpad * H / tp), 0)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from trtspec.methods.base import Method
 from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, ProposalBatch, Proposer, trie
-from trtspec.spec import Problem, Spec
+from trtspec.spec import Spec
 
 if TYPE_CHECKING:
     import torch
@@ -94,10 +94,6 @@ class Ngram(Method):
     name = NAME
     title = "n-gram prompt lookup"
     llmapi_refusal = None  # NGram; the TensorRT-LLM engine runtime refuses it (Method.engine_problems)
-
-    def engine_problems(self, spec: Spec, pp: int | None = None) -> list[Problem]:
-        return [Problem("speculative.method", self.name, "TensorRT-LLM engines have no prompt-lookup mode",
-                        "use runtime.kind = \"trtllm-llmapi\" (NGram) or \"torch\", or method lookahead")]
 
     def proposer(self, spec: Spec, device: str) -> Proposer:
         ng = spec.speculative.ngram

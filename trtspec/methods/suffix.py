@@ -222,10 +222,6 @@ class Suffix(Method):
                     "exact); set 0 to keep requests apart"]
         return []
 
-    def engine_problems(self, spec: Spec, pp: int | None = None) -> list[Problem]:
-        return [Problem("speculative.method", self.name, "TensorRT-LLM engines have no suffix decoding",
-                        "use runtime.kind = \"torch\", or \"trtllm-llmapi\" with TensorRT-LLM >= 1.3 (SA)")]
-
     def llmapi_problems(self, spec: Spec) -> list[Problem]:
         v = spec.runtime.trtllm.version
         if _version(v) >= SA_SINCE:

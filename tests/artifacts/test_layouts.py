@@ -155,7 +155,7 @@ def test_the_converter_reads_model_prefixed_eagle_weights_like_the_runtime(tmp_p
 
 def test_eagle_version_of_a_damaged_head_is_a_repository_error(fam, tmp_path):
     """The llmapi renderer's EAGLE-3 probe used to crash (struct.error) on a truncated safetensors file."""
-    from trtspec.methods.eagle import eagle_version
+    from trtspec.backends.trtllm_llmapi_methods import eagle_version
 
     root = _copy(fam, tmp_path)
     assert eagle_version(root / "eagle") == 1

@@ -213,10 +213,10 @@ def test_both_spellings_of_the_captured_layers(pair, tmp_path):
 
 
 def test_llmapi_serves_an_eagle3_head_with_its_captured_layers(pair, tmp_path):
-    from trtspec import methods
+    from trtspec.backends.trtllm_llmapi_methods import llmapi_method
 
     root, target, head = pair
     spec = load_spec(write_spec(tmp_path, target, head, name="llm"))
-    sc = methods.get("eagle").llmapi_options(spec)["speculative_config"]
+    sc = llmapi_method(spec).options(spec)["speculative_config"]
     assert sc["decoding_type"] == "Eagle3" and sc["eagle3_layers_to_capture"] == [0, 1, 3]
     assert sc["max_draft_len"] == 4 and sc["speculative_model"] == str(head.resolve())

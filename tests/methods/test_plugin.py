@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from tests.support import MODELS
 from trtspec import methods
 from trtspec.backends.trtllm_engine_methods import engine_method
+from trtspec.backends.trtllm_llmapi_methods import llmapi_method
 from trtspec.builders.trtllm.plan import make_plan
 from trtspec.cli import main
 from trtspec.errors import BuildError, ConvertError, RepositoryError, SpecError
@@ -136,5 +137,5 @@ def test_the_tensorrt_llm_paths_refuse_it_cleanly(toy, tmp_path):
     with pytest.raises(ConvertError, match="no TensorRT-LLM engine build"):
         engine_method(spec).conversions(spec, tmp_path)
     with pytest.raises(RepositoryError, match="cannot be served by runtime 'trtllm-llmapi'"):
-        methods.get(NAME).llmapi_options(spec)
+        llmapi_method(spec).options(spec)
     assert not list(tmp_path.iterdir())

@@ -64,10 +64,11 @@ def test_draft_len_schedule_has_key_one_a_floor_and_covers_every_batch():
 
 
 def test_the_llmapi_model_yaml_carries_the_floored_schedule():
+    from trtspec.backends.trtllm_llmapi_methods import llm_args
     from trtspec.repository.trtllm.llmapi import model_yaml
 
     spec = _spec({"2": 0}, runtime={"kind": "trtllm-llmapi", "device": "cuda"}, gpu={"type": "h100"})
-    sc = model_yaml(spec)["speculative_config"]
+    sc = model_yaml(spec, llm_args(spec))["speculative_config"]
     assert sc["draft_len_schedule"] == {1: 4, 2: 1, 4: 1} and sc["max_draft_len"] == 4
 
 

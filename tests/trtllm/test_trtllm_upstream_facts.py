@@ -134,6 +134,7 @@ def test_runtime_trtllm_dtype_is_what_tensorrt_llm_builds_and_serves(make_spec, 
     """A spec keeps float32 for the torch runtime and says float16 for TensorRT-LLM (the demo specs do)."""
     from trtspec.backends.trtllm_engine_methods import engine_method
     from trtspec.builders.trtllm.plan import make_plan
+    from trtspec.backends.trtllm_llmapi_methods import llm_args
     from trtspec.repository.trtllm.llmapi import model_yaml
 
     spec = make_spec("draft-model", dtype="float32", trtllm='dtype = "bfloat16"\n')
@@ -141,7 +142,7 @@ def test_runtime_trtllm_dtype_is_what_tensorrt_llm_builds_and_serves(make_spec, 
     assert flags[flags.index("--gemm_plugin") + 1] == "bfloat16"
     assert {j.dtype for j in engine_method(spec).conversions(spec, workdir / "ckpt")} == {"bfloat16"}
     api = make_spec("draft-model", name="api", kind="trtllm-llmapi", dtype="float32", trtllm='dtype = "float16"\n')
-    assert model_yaml(api)["dtype"] == "float16"
+    assert model_yaml(api, llm_args(api))["dtype"] == "float16"
 
 
 @pytest.mark.parametrize("method", ["draft-model", "medusa", "eagle", "lookahead"])
@@ -279,7 +280,8 @@ def test_speculative_config_is_spelled_as_tensorrt_llm_1_2_parses_it(make_spec, 
     import yaml
 
     from trtspec.backends import trtllm_versions as v
-    from trtspec.repository.trtllm.llmapi import render_llmapi_repository, speculative_config
+    from trtspec.backends.trtllm_llmapi_methods import llm_args, speculative_config
+    from trtspec.repository.trtllm.llmapi import render_llmapi_repository
 
     assert {v.series(version) for version in v.known_versions()} <= set(v.LLMAPI_SPELLINGS)
     dm = make_spec("draft-model", name="dm", kind="trtllm-llmapi")
@@ -290,7 +292,7 @@ def test_speculative_config_is_spelled_as_tensorrt_llm_1_2_parses_it(make_spec, 
     assert (ea["decoding_type"], ea["eagle3_one_model"], ea["speculative_model_dir"]) == (
         "Eagle", True, str((workdir / "eagle").resolve()))
     for spec in (dm, make_spec("eagle", name="ea2", kind="trtllm-llmapi")):
-        text = render_llmapi_repository(spec)["tensorrt_llm/1/model.yaml"]
+        text = render_llmapi_repository(spec, llm_args(spec))["tensorrt_llm/1/model.yaml"]
         sc = yaml.safe_load(text)["speculative_config"]
         assert sc["decoding_type"] in ("DraftTarget", "Eagle") and "speculative_model" not in sc
 

@@ -1,24 +1,20 @@
-"""The Method interface: everything trtspec knows about one speculative method, as small hooks with defaults.
+"""The Method interface: a speculative method is its spec section and its Proposer, as small hooks with defaults.
 
 A method module (trtspec/methods/<name>.py) subclasses Method, overrides what differs, and trtspec.methods
-registers one instance. Nothing else compares method names: callers ask the registry (`methods.get(name)`)
-and call these hooks.
+registers one instance. What a runtime makes of a method is that runtime's own table, not the method's
+(trtspec/backends/trtllm_engine_methods.py, trtllm_llmapi_methods.py; docs/architecture.md has the table of
+methods x runtimes); the CLI and the backends look the method up (`methods.get(name)`) and call these hooks.
 
     identity      name, title, weights ("draft": speculative.draft, "heads": speculative.heads, None),
-                  tree (takes speculative.choices), drafts (False: plain decoding)
-    spec rules    problems(spec); engine_problems(spec) and llmapi_problems(spec), which the TensorRT-LLM
-                  runtimes ask for; notes(spec): what `trtspec check` adds without failing
+                  tree (takes speculative.choices), drafts (False: plain decoding), routed (several drafters)
+    spec rules    problems(spec); notes(spec): what `trtspec check` adds without failing
     pair rules    drafter(spec), pair_problems(spec, target), weight_problems(spec, target)
     checkpoints   checkpoints(spec) -> {role: dir}: what the torch build copies, the LLM API loads, a bundle ships
     torch         proposer(spec, device) -> Proposer (trtspec/runtime/proposer.py)
-    TensorRT-LLM  engine_roles, max_draft_len, extra_seq_len, build_flags, decoding_mode, multi_block,
-                  paged_context_fmha (and with it KV-cache reuse), fast_logits, backend_parameters,
-                  convert_jobs + trtllm_checkpoint (the converter's head layout), memory_extras
-    LLM API       llmapi_options(spec), or llmapi_refusal: why it cannot be served there
 
-The defaults describe a method that only proposes: it runs on the torch runtime and the TensorRT-LLM runtimes
-refuse it (a spec problem, never a half-built engine). A method module must not import torch at module level:
-the registry is read by spec validation, which the CLI and the clients run without torch.
+The defaults describe a method that only proposes: it runs on the torch runtime, and a runtime whose table has
+no row for it refuses it (a spec problem, never a half-built engine). A method module must not import torch at
+module level: the registry is read by spec validation, which the CLI and the clients run without torch.
 """
 
 from __future__ import annotations
@@ -26,12 +22,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from trtspec.errors import RepositoryError
 from trtspec.spec import _MISSING, MAX_DRAFT_TOKENS, Problem, Spec
 
 if TYPE_CHECKING:
     from trtspec.artifacts.hf import ModelConfig
     from trtspec.runtime.proposer import Proposer
+
 
 class Method:
     name: ClassVar[str] = ""
@@ -40,11 +36,6 @@ class Method:
     tree: ClassVar[bool] = False
     drafts: ClassVar[bool] = True
     routed: ClassVar[bool] = False       # takes speculative.drafters / speculative.router (one per request)
-
-    trtllm_engine: ClassVar[bool] = False         # trtspec can build it as a TensorRT-LLM engine
-
-    # LLM API (trtllm-llmapi): None = it serves the method (llmapi_options)
-    llmapi_refusal: ClassVar[str | None] = "trtspec maps it to no drafter of the TensorRT-LLM LLM API"
 
     def __repr__(self) -> str:
         return f"<method {self.name}>"
@@ -86,18 +77,6 @@ class Method:
         """What `trtspec check` tells about the method without failing (a changed meaning, a privacy trade)."""
         return []
 
-    def llmapi_problems(self, spec: Spec) -> list[Problem]:
-        """Why the TensorRT-LLM LLM API cannot serve the spec (asked for runtime trtllm-llmapi)."""
-        if self.llmapi_refusal is None:
-            return []
-        from trtspec import methods
-
-        served = [m.name for m in methods.registered() if m.llmapi_refusal is None and m.drafts]
-        others = f", or method {_or_list(served)}" if served else ""
-        return [Problem("speculative.method", self.name, self.llmapi_refusal,
-                        ("use runtime.kind = \"trtllm-engine\"" if self.trtllm_engine else
-                         "use runtime.kind = \"torch\"") + others)]
-
     # ------------------------------------------------------------------------------------------ pair rules
 
     def drafter(self, spec: Spec) -> dict[str, Any] | None:
@@ -124,17 +103,6 @@ class Method:
         """The torch runtime's proposer for the spec (weights load in its `setup`)."""
         raise NotImplementedError(f"method {self.name!r} has no proposer")
 
-    # ------------------------------------------------------------------------------------------ LLM API
-
-    def llmapi_options(self, spec: Spec) -> dict[str, Any]:
-        """The LLM(...) arguments the method adds to model.yaml (speculative_config, ...)."""
-        if self.llmapi_refusal is not None:
-            raise RepositoryError(f"method {self.name!r} cannot be served by runtime 'trtllm-llmapi': "
-                                  f"{self.llmapi_refusal}",
-                                  hint="use runtime.kind = \"trtllm-engine\"" if self.trtllm_engine
-                                  else "use runtime.kind = \"torch\"")
-        return {}
-
 
 def choice_problems(choices: list[list[int]]) -> list[Problem]:
     """A `choices` tree: non-empty non-negative top-i paths, each prefix listed before its path, no duplicate."""
@@ -157,6 +125,3 @@ def choice_problems(choices: list[list[int]]) -> list[Problem]:
         p.append(Problem("speculative.choices", f"{len(choices)} paths", "tree too large", "use at most 256 paths"))
     return p
 
-
-def _or_list(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"

@@ -1,12 +1,7 @@
 """draft-model: an independent small LM (same tokenizer) proposes a chain sampled from its processed distribution q.
 
     torch          DraftModelProposer: the draft's own KV cache, rolled back to what the target accepted
-    trtllm-build   target: --use_paged_context_fmha enable --speculative_decoding_mode draft_tokens_external
-                           --max_draft_len K;  draft: --use_paged_context_fmha enable [--gather_generation_logits
-                           iff runtime.trtllm.use_draft_logits]
-    repository     two tensorrtllm models (tensorrt_llm, tensorrt_llm_draft); the BLS drives speculation
-                   (orchestrator mode); fast logits with use_draft_logits
-    LLM API        speculative_config: Draft_Target, K, the draft dir (no overlap scheduler)
+    runtimes       what the TensorRT-LLM runtimes make of it is their method tables' (docs/architecture.md)
 """
 
 from __future__ import annotations
@@ -123,8 +118,6 @@ class DraftModel(Method):
     name = NAME
     title = "draft-model"
     weights = "draft"
-    trtllm_engine = True
-    llmapi_refusal = None
 
     def drafter(self, spec: Spec) -> dict[str, Any] | None:
         from trtspec.artifacts.hf import ModelConfig, summary
@@ -166,10 +159,3 @@ class DraftModel(Method):
 
     def proposer(self, spec: Spec, device: str) -> Proposer:
         return DraftModelProposer(spec.speculative.draft, dtype=spec.model.dtype, device=device)
-
-    def llmapi_options(self, spec: Spec) -> dict[str, Any]:
-        s = spec.speculative
-        return {"speculative_config": {"decoding_type": "Draft_Target", "max_draft_len": s.num_draft_tokens,
-                                       "speculative_model": str(Path(s.draft).resolve())},
-                # "Two-model based speculation implementations do not support overlap scheduler."
-                "disable_overlap_scheduler": True}

@@ -4,12 +4,7 @@
                    artifacts/heads.py); an EAGLE-3 head (eagle_version 3) runs through methods/eagle3.py
     torch          EagleProposer (deterministic candidates: verified as point masses); Eagle3Proposer for
                    EAGLE-3 heads (reduced vocabulary, sampled chains carry q)
-    checkpoint     EagleForCausalLM: the target + one EAGLE net per tree level (num_eagle_layers = the depth);
-                   no pipeline parallelism (TensorRT-LLM asserts pp_size == 1)
-    trtllm-build   --use_paged_context_fmha enable --speculative_decoding_mode eagle (max_batch_size <= 512);
-                   max_seq_len grows by max_draft_len + num_eagle_layers
-    repository     decoding_mode eagle, eagle_choices, multi-block mode off, KV-cache reuse
-    LLM API        speculative_config Eagle3 (EAGLE-1/2 heads refused: the PyTorch backend runs EAGLE-3 only)
+    runtimes       what the TensorRT-LLM runtimes make of it is their method tables' (docs/architecture.md)
 """
 
 from __future__ import annotations
@@ -21,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from trtspec.artifacts import heads as layouts
 from trtspec.artifacts.fs import read_json_object
 from trtspec.artifacts.hf import CONFIG, summary
-from trtspec.errors import RepositoryError
 from trtspec.methods.base import Method
 from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, HeadProposer, ProposalBatch, Proposer, chain
 from trtspec.spec import Problem, Spec
@@ -201,18 +195,11 @@ def _version3(heads: str | Path) -> bool:
         return False
 
 
-def eagle_version(heads_dir: Path) -> int:
-    """3 for an EAGLE-3 head, 1 for an EAGLE-1/2 head (artifacts.heads.eagle_version; the LLM API's probe)."""
-    return layouts.eagle_version(heads_dir, RepositoryError)
-
-
 class Eagle(Method):
     name = NAME
     title = "EAGLE"
     weights = "heads"
     tree = True
-    trtllm_engine = True
-    llmapi_refusal = None
 
     def drafter(self, spec: Spec) -> dict[str, Any] | None:
         heads = spec.speculative.heads
@@ -248,14 +235,3 @@ class Eagle(Method):
 
             return Eagle3Proposer(spec.speculative.heads, spec.speculative.choices, device=device)
         return EagleProposer(spec.speculative.heads, spec.speculative.choices, device=device)
-
-    def llmapi_options(self, spec: Spec) -> dict[str, Any]:
-        s = spec.speculative
-        if eagle_version(Path(s.heads)) != 3:
-            raise RepositoryError(
-                f"{s.heads} is an EAGLE-1/2 head; the LLM API's PyTorch backend runs EAGLE-3 only "
-                "(\"EAGLE (v1/v2) draft checkpoints are incompatible\")",
-                hint="use runtime.kind = \"trtllm-engine\" for EAGLE-1 heads, or an EAGLE-3 head here")
-        from trtspec.methods import eagle3
-
-        return {"speculative_config": eagle3.llmapi_options(spec)}

@@ -6,13 +6,12 @@ lookahead_verification_set_size, 1:1.
     torch          LookaheadProposer: the lookahead branch (a 2-D window of Jacobi guesses, W columns x N - 1
                    levels) and the verification branch (up to G pooled n-grams that start with the pending
                    token) in ONE target forward with one attention mask (cache.branch_inputs)
-    trtllm-build   --speculative_decoding_mode lookahead_decoding --max_draft_len (N-2) + (W-1+G)(N-1)
-    repository     decoding_mode lookahead, lookahead_window_size / _ngram_size / _verification_set_size
-    LLM API        refused: TensorRT-LLM's LookaheadDecodingConfig is TensorRT-engine only (not the PyTorch
-                   backend, research notes C1); prompt lookup there is method `ngram`
+    runtimes       what the TensorRT-LLM runtimes make of it is their method tables' (docs/architecture.md)
+                   (trtllm-engine: max_draft_len (N-2) + (W-1+G)(N-1); the LLM API refuses it: prompt lookup
+                   there is method `ngram`)
 
-Until issue 12 method `lookahead` was prompt lookup; such specs keep working (same keys) and now run Jacobi
-lookahead decoding; `trtspec check` says so and points at method `ngram` (`deprecation`).
+Method `lookahead` used to be prompt lookup; such specs keep working (same keys) and now run Jacobi lookahead
+decoding; `trtspec check` says so and points at method `ngram` (`deprecation`).
 """
 
 from __future__ import annotations
@@ -213,9 +212,6 @@ class LookaheadProposer(Proposer):
 class Lookahead(Method):
     name = NAME
     title = "lookahead decoding"
-    trtllm_engine = True
-    llmapi_refusal = ("TensorRT-LLM's LookaheadDecodingConfig runs on TensorRT engines only, not the LLM API's "
-                      "PyTorch backend")
 
     def problems(self, spec: Spec) -> list[Problem]:
         p = super().problems(spec)

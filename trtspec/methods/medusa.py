@@ -3,11 +3,7 @@
     weights        speculative.heads: config.json (medusa_num_heads, ...) + medusa_lm_head.safetensors
                    (artifacts/heads.py: the layout, its one reader of medusa_num_heads)
     torch          MedusaProposer (deterministic candidates: verified as point masses)
-    checkpoint     MedusaForCausalLM: the target + its heads; max_draft_len = the tree's nodes, or a chain as
-                   deep as the heads allow (at most K)
-    trtllm-build   --speculative_decoding_mode medusa (max_draft_len comes from the checkpoint)
-    repository     decoding_mode medusa, medusa_choices, multi-block mode off
-    LLM API        refused: the PyTorch backend has no Medusa
+    runtimes       what the TensorRT-LLM runtimes make of it is their method tables' (docs/architecture.md)
 """
 
 from __future__ import annotations
@@ -125,9 +121,6 @@ class Medusa(Method):
     title = "Medusa"
     weights = "heads"
     tree = True
-    trtllm_engine = True
-    llmapi_refusal = ("the TensorRT-LLM LLM API (PyTorch backend) does not support Medusa: MedusaDecodingConfig "
-                      "supports the TensorRT engine backend only")
 
     def drafter(self, spec: Spec) -> dict[str, Any] | None:
         from trtspec.artifacts.fs import read_json_object

@@ -1,4 +1,4 @@
-"""routed: several drafters in one deployment, one per request (issue 14: per-request draft routing).
+"""routed: several drafters in one deployment, one per request (per-request draft routing).
 
     [speculative]                      [[speculative.drafters]]       [speculative.router]
     method = "routed"                  name = "prose"                 kind = "classify"   # or "task"
@@ -15,9 +15,8 @@ is chosen once, when it is admitted (its `task`, else the router's kind), and ke
 (trtspec/runtime/router.py); all requests are still verified in one target pass per step.
 
     torch          RoutedProposer: the drafters' proposers, each over the rows routed to it
-    trtllm-build   refused (Method defaults): TensorRT-LLM engines take one speculative mode
-    LLM API        refused: one speculative_config per LLM
-    vLLM export    refused: one --speculative-config per server
+    runtimes       the TensorRT-LLM runtimes and the vLLM export refuse it: one speculative mode per engine,
+                   one speculative_config per LLM, one --speculative-config per server
 """
 
 from __future__ import annotations
@@ -50,7 +49,6 @@ class Routed(Method):
     name = NAME
     title = "routed drafters"
     routed = True
-    llmapi_refusal = "one LLM takes one speculative_config: several drafters per request are trtspec's torch runtime"
 
     def drafters(self, spec: Spec) -> list[tuple[str, Method, Spec]]:
         """(name, method, its single-drafter spec) per drafter, in the spec's order."""

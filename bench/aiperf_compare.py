@@ -66,7 +66,8 @@ def main() -> int:
 
     from trtspec.bench import load
     from trtspec.bench.prompts import builtin
-    from trtspec.builders import BuildOptions, build
+    from trtspec.backends import build
+    from trtspec.builders import BuildOptions
     from trtspec.serve import TritonServer
     from trtspec.check import load_spec
 

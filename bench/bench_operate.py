@@ -24,7 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 def _serve(specs, root: Path):
     """Build the specs and serve them all from one bundled Triton (ensemble_<i>); returns (server, names)."""
-    from trtspec.builders import BuildOptions, build
+    from trtspec.backends import build
+    from trtspec.builders import BuildOptions
     from trtspec.repository.torch_repo import ModelNames, emit_torch_repository
     from trtspec.serve import TritonServer
 

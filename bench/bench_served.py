@@ -35,7 +35,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from trtspec.builders import BuildOptions, build  # noqa: E402
+from trtspec.backends import build  # noqa: E402
+
+from trtspec.builders import BuildOptions  # noqa: E402
 from trtspec.client import generate_remote  # noqa: E402
 from trtspec.repository.torch_repo import ModelNames, emit_torch_repository  # noqa: E402
 from trtspec.serve import TritonServer  # noqa: E402

@@ -113,7 +113,8 @@ def run_soak(spec: Spec, *, clients: int = 16, duration: float = 120.0, max_toke
              prompts: list[str] | None = None, interval: float = 2.0, out: Path | None = None,
              log=print) -> SoakResult:
     """Build, serve and soak `spec`'s deployment (see the module docstring); the server is always stopped."""
-    from trtspec.builders import BuildOptions, build
+    from trtspec.backends import build
+    from trtspec.builders import BuildOptions
     from trtspec.client import generate_remote
     from trtspec.serve import TritonServer
 

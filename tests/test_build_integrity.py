@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from trtspec.builders import BuildOptions, build
+from trtspec.backends import build
+
+from trtspec.builders import BuildOptions
 from trtspec.builders.lock import LOCK_NAME, atomic_dir, write_json
 from trtspec.cli import main
 from trtspec.check import load_spec

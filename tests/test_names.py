@@ -11,7 +11,9 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trtspec.builders import BuildOptions, build
+from trtspec.backends import build
+
+from trtspec.builders import BuildOptions
 from trtspec.cli import main
 from trtspec.errors import BuildError, RepositoryError, SpecError
 from trtspec.names import RESERVED_MODEL_NAMES, inside, name_problem

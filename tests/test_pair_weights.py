@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from trtspec.artifacts.pair import check_pair
-from trtspec.builders import BuildOptions, build
+from trtspec.methods import check_pair
+from trtspec.backends import build
+from trtspec.builders import BuildOptions
 from trtspec.cli import main
 from trtspec.errors import PairError
 from trtspec.check import load_spec

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from trtspec.builders import BuildOptions, build
+from trtspec.backends import build
+
+from trtspec.builders import BuildOptions
 from trtspec.builders.lock import LOCK_NAME, read_lock
 from trtspec.errors import BuildError, ClientError
 from trtspec.repository import pbtxt, serving, textio

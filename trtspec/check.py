@@ -110,10 +110,8 @@ def run_check(spec: Spec, models: bool = True, engines: Path | None = Path("engi
     report = CheckReport(spec=spec, problems=[])
     report.add(SpecError, [str(p) for p in check_paths(spec)] if models else [])
     if models and report.ok:
-        from trtspec.artifacts.pair import check_pair
-
         try:
-            pair = check_pair(spec)
+            pair = methods.check_pair(spec)
         except ModelError as exc:
             report.add(ModelError, [exc.message], exc.hint)
             return report

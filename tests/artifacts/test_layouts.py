@@ -79,7 +79,7 @@ def test_the_converter_refuses_pickled_weights_without_unpickling_them(tmp_path)
 def test_medusa_num_heads_has_one_error_behaviour_everywhere(fam, tmp_path, value):
     """Missing or not an integer >= 1: an error naming the key in check, convert, the memory plan and the
     runtime alike (the memory plan used to assume one head, the converter 0 heads, the runtime int("4"))."""
-    from trtspec.artifacts.pair import check_pair
+    from trtspec.methods import check_pair
     from trtspec.backends.trtllm_engine_methods import engine_method, medusa_num_heads
     from trtspec.builders.trtllm.memory import memory_plan
 
@@ -114,7 +114,7 @@ def test_medusa_writer_and_reader_round_trip_and_refuse_a_wrong_layout(tmp_path)
 def test_eagle_heads_must_fit_the_target_already_at_check_time(fam, tmp_path):
     """`check` compares what the runtime compares (hidden, heads, KV heads, head_dim, vocab): a head with other
     attention heads used to pass `check` and fail when the server loaded it."""
-    from trtspec.artifacts.pair import check_pair
+    from trtspec.methods import check_pair
 
     root = _copy(fam, tmp_path)
     cfg = json.loads((root / "eagle" / "config.json").read_text())

@@ -118,7 +118,8 @@ def test_offline_case(case: Case, pristine, tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    from trtspec.builders import BuildOptions, build
+    from trtspec.backends import build
+    from trtspec.builders import BuildOptions
     from trtspec.serve import TritonServer
     from trtspec.check import load_spec
 

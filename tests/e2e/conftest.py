@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from trtspec.builders import BuildOptions, BuildResult, build
+from trtspec.backends import build
+
+from trtspec.builders import BuildOptions, BuildResult
 from trtspec.repository.torch_repo import ModelNames, emit_torch_repository
 from trtspec.serve import TritonServer
 from trtspec.check import load_spec

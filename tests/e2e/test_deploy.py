@@ -15,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from tests.support import DEMO, demo_ready
-from trtspec.builders import BuildOptions, build
+from trtspec.backends import build
+from trtspec.builders import BuildOptions
 from trtspec.cli import main
 from trtspec.client import generate_remote
 from trtspec.errors import DeployError

@@ -78,7 +78,8 @@ class Build:
 
 
 def _build(root: Path, target: str, k: int) -> Build:
-    from trtspec.builders import BuildOptions, build
+    from trtspec.backends import build
+    from trtspec.builders import BuildOptions
 
     spec = _spec(root, target, k)
     build(spec, BuildOptions(out_engines=root / "engines", out_repo=root / "model_repository", progress=False))

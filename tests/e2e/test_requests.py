@@ -17,7 +17,9 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from trtspec.builders import BuildOptions, build
+from trtspec.backends import build
+
+from trtspec.builders import BuildOptions
 from trtspec.client import generate_remote
 from trtspec.serve import TritonServer
 from trtspec.check import load_spec

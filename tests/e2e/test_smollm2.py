@@ -58,7 +58,8 @@ def test_a_streamed_chat_served_by_triton_equals_inprocess_plain_decoding(tmp_pa
     import tritonclient.grpc as grpcclient
 
     from trtspec.artifacts.tokenizer import chat_prompt_ids
-    from trtspec.builders import BuildOptions, build
+    from trtspec.backends import build
+    from trtspec.builders import BuildOptions
     from trtspec.client import generate_remote
     from trtspec.repository.serving import load_engine_spec
     from trtspec import methods

@@ -147,7 +147,7 @@ def test_sampled_drafts_are_target_ids_with_q_zero_outside_the_draft_vocabulary(
 
 
 def test_check_rejects_a_head_for_another_target(pair, tmp_path):
-    from trtspec.artifacts.pair import check_pair
+    from trtspec.methods import check_pair
 
     root, target, head = pair
     assert check_pair(load_spec(write_spec(tmp_path, target, head, name="ok"))).problems == []
@@ -167,7 +167,7 @@ def test_check_rejects_a_trained_head_for_a_target_with_another_tokenizer(pair, 
     import shutil
 
     from trtspec.artifacts import manifest
-    from trtspec.artifacts.pair import check_pair
+    from trtspec.methods import check_pair
 
     root, target, head = pair
     trained = tmp_path / "trained"
@@ -181,7 +181,7 @@ def test_check_rejects_a_trained_head_for_a_target_with_another_tokenizer(pair, 
 def test_check_reports_a_config_that_disagrees_with_the_weights(pair, tmp_path):
     import shutil
 
-    from trtspec.artifacts.pair import check_pair
+    from trtspec.methods import check_pair
 
     root, target, head = pair
     bad = tmp_path / "bad"

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
 from tests.trtllm.conftest import FAKE, calls
-from trtspec.builders import build
+from trtspec.backends import build
 from trtspec.builders.trtllm.cache import check_engine_compat
 from trtspec.backends.trtllm_engine_methods import engine_method
 from trtspec.builders.trtllm import memory

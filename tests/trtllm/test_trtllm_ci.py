@@ -10,7 +10,7 @@ import sys
 import yaml
 
 from tests.support import ROOT
-from trtspec.builders import build
+from trtspec.backends import build
 from trtspec.backends.bundle import bundle
 from trtspec.backends.trtllm_engine_methods import engine_method
 from trtspec.builders.trtllm.cache import spec_engine_keys

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from trtspec.backends import launch_command, launch_script_command
-from trtspec.builders import build
+from trtspec.backends import build
 from trtspec.backends.trtllm_engine_methods import engine_method
 from trtspec.builders.trtllm import memory
 from trtspec.convert import params

@@ -188,7 +188,7 @@ def test_llmapi_repository_holds_no_path_of_the_build_machine(make_spec, workdir
 
     import yaml
 
-    from trtspec.builders import build
+    from trtspec.backends import build
     from trtspec.repository import pbtxt
 
     spec = make_spec("draft-model", name="api", kind="trtllm-llmapi")

@@ -54,10 +54,12 @@ class TrtllmEngineBackend(TrtllmBackend):
             report.add(BuildError, [f"engines: {p}" for p in check_engine_compat(engine_dir, version)])
 
     def build(self, spec, options):
+        from trtspec import methods
         from trtspec.backends.trtllm_engine_methods import engine_method
         from trtspec.builders import trtllm_build
 
-        return trtllm_build.build(spec, options, runtime=self.name, method=engine_method(spec))
+        return trtllm_build.build(spec, options, runtime=self.name, method=engine_method(spec),
+                                  drafter=methods.get(spec.method))
 
     def emit_repository(self, spec: Spec, repo_dir: Path, engine_dir: Path) -> Path:
         from trtspec.backends.trtllm_engine_methods import engine_method

@@ -40,7 +40,7 @@ def build(spec: Spec, options: BuildOptions, *, runtime: str, method: Method, me
     if options.dry_run:
         return BuildResult(runtime, {}, str(repo_dir), None, [], [], [step], time.perf_counter() - t0, True)
     root = child(Path(options.out_engines), spec.name, "model.name", BuildError)
-    check_weights(spec)  # the LLM API loads these checkpoints as they are
+    check_weights(spec, method)  # the LLM API loads these checkpoints as they are
     lock = read_lock(root) or {}
     prev = lock.get("inputs") if lock.get("runtime") == runtime else None
     sources = file_digests(_sources(spec, method), previous=prev, use_cache=not options.force)

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts.pair import Drafter, weight_problems
 from trtspec.builders import BuildOptions, BuildResult
 from trtspec.builders.lock import (LOCK_NAME, atomic_dir, digest, new_lock, read_lock, remove_stale, swap_in,
                                    temp_dir, write_json)
@@ -61,12 +62,10 @@ def ensure_checkpoints(spec: Spec, method: EngineMethod, root: Path, options: Bu
     return converted
 
 
-def check_weights(spec: Spec) -> None:
+def check_weights(spec: Spec, method: Drafter) -> None:
     """Refuse configs that disagree with their weights (vocab, layers, heads) before converting: the
     converter would fail on some (a missing layer) and silently drop others (a layer too many)."""
-    from trtspec.artifacts.pair import weight_problems
-
-    problems = weight_problems(spec)
+    problems = weight_problems(spec, method)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise PairError(f"{problems[0]}{more}", hint="`trtspec check` lists every problem")
@@ -130,10 +129,12 @@ def _lock_data(spec: Spec, plan: BuildPlan, engines: dict[str, Any], repo: dict[
                     engines=engines, repository=repo, spec=spec.to_dict())
 
 
-def build(spec: Spec, options: BuildOptions, *, runtime: str, method: EngineMethod) -> BuildResult:
+def build(spec: Spec, options: BuildOptions, *, runtime: str, method: EngineMethod, drafter: Drafter
+          ) -> BuildResult:
     """Plan, convert, build the changed engines, emit the repository (`runtime`: the backend's name, in the
     lock: a lock of another runtime's build is not this build's cache; `method`: the spec's method's row of its
-    method table, trtspec/backends/trtllm_engine_methods.py)."""
+    method table, trtspec/backends/trtllm_engine_methods.py; `drafter`: the spec's method, whose weights are
+    checked)."""
     t0 = time.perf_counter()
     plan = make_plan(spec, method, engines_root=options.out_engines, trtllm_build=options.trtllm_build)
     root = inside(Path(options.out_engines), Path(plan.engines_dir), BuildError)
@@ -142,7 +143,7 @@ def build(spec: Spec, options: BuildOptions, *, runtime: str, method: EngineMeth
     if options.dry_run:
         return BuildResult(runtime, {s.role: s.output_dir for s in plan.steps}, str(repo_dir), None, [], [],
                            steps, time.perf_counter() - t0, True)
-    check_weights(spec)
+    check_weights(spec, drafter)
     root.mkdir(parents=True, exist_ok=True)
     ensure_checkpoints(spec, method, root, options)
 

@@ -3,6 +3,7 @@ and its torch Proposer (the interface: trtspec/methods/base.py); this registry f
 
     methods.get(spec.method).proposer(spec, device)      methods.names()      methods.register(MyMethod())
     methods.engine(spec)                                 the torch runtime's SpecEngine with the spec's proposer
+    methods.check_pair(spec)                             the target and the spec's drafter checked together
 
 Modules: draft_model.py, medusa.py, eagle.py (+ eagle3.py), lookahead.py, ngram.py, suffix.py, none.py,
 routed.py. What each runtime makes of a method is that runtime's own table (trtspec/backends/
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from trtspec.artifacts import pair
+from trtspec.artifacts.pair import PairReport
 from trtspec.errors import SpecError
 from trtspec.methods.base import Method
 from trtspec.spec import Spec
@@ -56,6 +59,11 @@ def registered() -> tuple[Method, ...]:
     return tuple(_METHODS.values())
 
 
+def check_pair(spec: Spec) -> PairReport:
+    """The spec's target and drafter checked together: trtspec.artifacts.pair with the spec's method."""
+    return pair.check_pair(spec, get(spec.method))
+
+
 def engine(spec: Spec, tokenizer: Any = None) -> SpecEngine:
     """The torch runtime's engine for the spec: its method's Proposer handed to SpecEngine, as gpt-fast hands
     draft_model to speculative_decode (a method that drafts nothing runs with K = 0)."""
@@ -72,4 +80,4 @@ for _m in (draft_model.DraftModel(), medusa.Medusa(), eagle.Eagle(), lookahead.L
            suffix.Suffix(), none.Plain(), routed.Routed()):
     register(_m)
 
-__all__ = ["Method", "engine", "get", "names", "register", "registered", "unregister"]
+__all__ = ["Method", "check_pair", "engine", "get", "names", "register", "registered", "unregister"]

@@ -16,7 +16,7 @@ from trtspec.builders import BuildOptions, BuildResult
 from trtspec.builders.lock import LOCK_NAME, digest, new_lock, read_lock, write_json
 from trtspec.builders.trtllm_build import check_weights, emit_repository, repository_changes
 from trtspec.errors import BuildError
-from trtspec.methods import Method
+from trtspec.methods.base import Method
 from trtspec.names import child
 from trtspec.repository.trtllm.llmapi import MODEL, render_llmapi_repository
 from trtspec.spec import Spec

@@ -28,7 +28,7 @@ from trtspec.builders import BuildOptions, BuildResult
 from trtspec.builders.lock import (LOCK_FORMAT, LOCK_NAME, atomic_dir, digest, hash_tree, new_lock, read_lock,
                                    sha256_file, tool_versions, tree_changes, write_json)
 from trtspec.errors import BuildError, PairError, SpecError
-from trtspec.methods import Method
+from trtspec.methods.base import Method
 from trtspec.names import child
 from trtspec.repository.serving import ENGINE_SPEC
 from trtspec.repository.torch_repo import MODEL_SOURCES, ModelNames, emit_torch_repository, model_source

@@ -30,6 +30,7 @@ from trtspec.builders.lock import (LOCK_FORMAT, LOCK_NAME, atomic_dir, digest, h
 from trtspec.errors import BuildError, PairError, SpecError
 from trtspec.methods.base import Method
 from trtspec.names import child
+from trtspec.repository import torch_repo
 from trtspec.repository.serving import ENGINE_SPEC
 from trtspec.repository.torch_repo import MODEL_SOURCES, ModelNames, emit_torch_repository, model_source
 from trtspec.spec import Spec, check_paths, drafter_role
@@ -89,8 +90,6 @@ def lock_key(spec: Spec, inputs: dict[str, dict[str, str]], options: BuildOption
 
 def _builder_digest() -> str:
     """This builder's and the emitter's code: a change to either re-emits the outputs."""
-    from trtspec.repository import torch_repo
-
     return digest([Path(m.__file__).read_text(encoding="utf-8") for m in (sys.modules[__name__], torch_repo)])
 
 

@@ -27,6 +27,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from trtspec import methods
+from trtspec.artifacts.heads import eagle_version
+from trtspec.backends.trtllm_engine_methods import engine_method
+from trtspec.backends.trtllm_llmapi_methods import llmapi_method
 from trtspec.errors import RepositoryError
 from trtspec.spec import SCHEDULE_FLOOR, Spec
 
@@ -47,11 +51,6 @@ NOTES = {"ngram": "vLLM's ngram drafts by prompt lookup (the prompt and output s
 def vllm_method(spec: Spec) -> tuple[str | None, dict[str, Any]]:
     """(vLLM's method for the spec or None for plain decoding, the LLM API's speculative_config when that
     decided it); RepositoryError when vLLM has none."""
-    from trtspec import methods
-    from trtspec.artifacts.heads import eagle_version
-    from trtspec.backends.trtllm_engine_methods import engine_method
-    from trtspec.backends.trtllm_llmapi_methods import llmapi_method
-
     if not methods.get(spec.method).drafts:
         return None, {}
     name, config = BY_DECODING_MODE.get(engine_method(spec).speculative_decoding_mode or ""), {}

@@ -9,6 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trtspec.artifacts import tokenizer
+from trtspec.artifacts.hf import CONFIG, ModelConfig, summary
+from trtspec.artifacts.pair import llama_weight_problems
 from trtspec.methods.base import Method
 from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, ProposalBatch, Proposer, chain
 from trtspec.spec import Problem, Spec
@@ -16,7 +19,6 @@ from trtspec.spec import Problem, Spec
 if TYPE_CHECKING:
     import torch
 
-    from trtspec.artifacts.hf import ModelConfig
     from trtspec.runtime.llama import Llama
 
 NAME = "draft-model"
@@ -37,7 +39,6 @@ class DraftModelProposer(Proposer):
         self.path, self.dtype, self.device, self.weight_dtype = Path(path), dtype, device, weight_dtype
 
     def setup(self, target: Llama, max_batch: int, max_seq: int, k: int) -> DraftPlan:
-        from trtspec.artifacts.hf import ModelConfig
         from trtspec.runtime.llama import Llama, draft_dtype
 
         wdt = self.weight_dtype or draft_dtype(self.dtype, self.device, 4 * ModelConfig.from_dir(self.path).num_params)
@@ -120,15 +121,10 @@ class DraftModel(Method):
     weights = "draft"
 
     def drafter(self, spec: Spec) -> dict[str, Any] | None:
-        from trtspec.artifacts.hf import ModelConfig, summary
-
         return None if spec.speculative.draft is None else summary(ModelConfig.from_dir(spec.speculative.draft).raw)
 
     def pair_problems(self, spec: Spec, target: ModelConfig) -> list[Problem]:
         """Same vocabulary and tokenizer as the target, positions for the longest sequence."""
-        from trtspec.artifacts import tokenizer
-        from trtspec.artifacts.hf import ModelConfig
-
         draft = spec.speculative.draft
         if draft is None:
             return []
@@ -149,9 +145,6 @@ class DraftModel(Method):
         return p
 
     def weight_problems(self, spec: Spec, target: ModelConfig) -> list[Problem]:
-        from trtspec.artifacts.hf import CONFIG, ModelConfig
-        from trtspec.artifacts.pair import llama_weight_problems
-
         draft = spec.speculative.draft
         if draft is None or not (Path(draft) / CONFIG).is_file():
             return []

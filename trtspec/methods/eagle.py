@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from trtspec.artifacts import heads as layouts
 from trtspec.artifacts.fs import read_json_object
 from trtspec.artifacts.hf import CONFIG, summary
+from trtspec.artifacts.pair import llama_weight_problems
+from trtspec.errors import TrtspecError
 from trtspec.methods.base import Method
 from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, HeadProposer, ProposalBatch, Proposer, chain
 from trtspec.spec import Problem, Spec
@@ -187,8 +189,6 @@ class EagleProposer(HeadProposer):
 
 def _version3(heads: str | Path) -> bool:
     """An EAGLE-3 head (one that cannot be read is judged by the EAGLE-1 path, which reports why)."""
-    from trtspec.errors import TrtspecError
-
     try:
         return (Path(heads) / CONFIG).is_file() and layouts.eagle_version(Path(heads)) == 3
     except TrtspecError:
@@ -218,8 +218,6 @@ class Eagle(Method):
                 for d in layouts.eagle_config(heads, target).differences(target, layouts.EAGLE_FIT)]
 
     def weight_problems(self, spec: Spec, target: ModelConfig) -> list[Problem]:
-        from trtspec.artifacts.pair import llama_weight_problems
-
         heads = spec.speculative.heads
         if heads is None or not (Path(heads) / CONFIG).is_file():
             return []

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtspec.artifacts import heads as layouts
-from trtspec.artifacts import manifest
+from trtspec.artifacts import manifest, tokenizer
 from trtspec.artifacts.hf import CONFIG
+from trtspec.artifacts.weights import weight_shapes
 from trtspec.errors import ModelError
 from trtspec.methods.eagle import EagleProposer
 from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, ProposalBatch, chain
@@ -180,8 +181,6 @@ class Eagle3Proposer(EagleProposer):
 def pair_problems(heads: Path, target: ModelConfig, target_dir: Path | None = None) -> list[Problem]:
     """An EAGLE-3 head against its target: sizes, vocabulary, captured layers, and the tokenizer its training
     manifest recorded (a head trained by `trtspec train`)."""
-    from trtspec.artifacts import tokenizer
-
     try:
         cfg = layouts.eagle3_config(heads, target)
     except ModelError as exc:
@@ -200,8 +199,6 @@ def pair_problems(heads: Path, target: ModelConfig, target_dir: Path | None = No
 
 def weight_problems(heads: Path, target: ModelConfig) -> list[Problem]:
     """config.json vs the safetensors header: every tensor of the layout, with the shape the config gives."""
-    from trtspec.artifacts.weights import weight_shapes
-
     try:
         cfg = layouts.eagle3_config(heads, target)
         shapes = weight_shapes(Path(heads))

@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtspec.artifacts import heads as layouts
+from trtspec.artifacts.fs import read_json_object
+from trtspec.artifacts.hf import CONFIG, summary
+from trtspec.artifacts.pair import medusa_weight_problems
 from trtspec.errors import ModelError
 from trtspec.methods.base import Method
 from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, HeadProposer, ProposalBatch, Proposer
@@ -123,9 +126,6 @@ class Medusa(Method):
     tree = True
 
     def drafter(self, spec: Spec) -> dict[str, Any] | None:
-        from trtspec.artifacts.fs import read_json_object
-        from trtspec.artifacts.hf import CONFIG, summary
-
         heads = spec.speculative.heads
         return None if heads is None else summary(read_json_object(Path(heads) / CONFIG, "Medusa heads"))
 
@@ -148,9 +148,6 @@ class Medusa(Method):
         return p
 
     def weight_problems(self, spec: Spec, target: ModelConfig) -> list[Problem]:
-        from trtspec.artifacts.hf import CONFIG
-        from trtspec.artifacts.pair import medusa_weight_problems
-
         heads = spec.speculative.heads
         if heads is None or not (Path(heads) / CONFIG).is_file():
             return []

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtspec.methods.base import Method
+from trtspec.runtime.router import RoutedProposer, Router
 from trtspec.spec import _MISSING, Problem, Spec, drafter_role, drafter_spec
 
 if TYPE_CHECKING:
@@ -138,8 +139,6 @@ class Routed(Method):
         return out
 
     def proposer(self, spec: Spec, device: str) -> Proposer:
-        from trtspec.runtime.router import Router, RoutedProposer
-
         subs = [(name, m.proposer(sub, device), sub.speculative.num_draft_tokens if m.drafts else 0, m.name)
                 for name, m, sub in self.drafters(spec)]
         r = spec.speculative.router

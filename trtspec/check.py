@@ -13,7 +13,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from trtspec import backends, methods, spec as schema
+from trtspec import backends, methods
+from trtspec.spec import load, rules
 from trtspec.errors import ModelError, PairError, SpecError, TrtspecError
 from trtspec.spec import DEFAULT_SPEC, Problem, Spec, check_paths
 
@@ -25,31 +26,31 @@ def meaning_problems(spec: Spec) -> list[Problem]:
     s = spec.speculative
     method, backend = methods.get(s.method), backends.for_spec(spec)
     gpu = backend.capabilities.gpu
-    p = schema.schema_problems(spec)
+    p = rules.schema_problems(spec)
     p += method.problems(spec)
-    p += schema.drafters_problems(spec, method.routed, [m.name for m in methods.registered() if m.routed])
+    p += rules.drafters_problems(spec, method.routed, [m.name for m in methods.registered() if m.routed])
     if s.schedule is not None:
-        p += schema.schedule_problems(spec, method.drafts)
+        p += rules.schedule_problems(spec, method.drafts)
     if s.draft_quantization is not None:
-        p += schema.quantization_problems(spec, method.weights, gpu)
-    p += schema.model_quantization_problems(spec, gpu)
-    p += schema.length_problems(spec)
+        p += rules.quantization_problems(spec, method.weights, gpu)
+    p += rules.model_quantization_problems(spec, gpu)
+    p += rules.length_problems(spec)
     p += backend.problems(spec)
-    p += schema.gpu_count_problems(spec)
+    p += rules.gpu_count_problems(spec)
     p += backend.method_problems(spec)
-    p += schema.device_problems(spec)
-    p += schema.serving_problems(spec)
+    p += rules.device_problems(spec)
+    p += rules.serving_problems(spec)
     return p
 
 
 def spec_from_dict(data: dict[str, Any], base: Path | None = None, source: Path | None = None) -> Spec:
     """trtspec.spec.spec_from_dict with every rule: a registered method, its rules and its runtime's."""
-    return schema.spec_from_dict(data, base, source, methods=methods.names(), rules=meaning_problems)
+    return load.spec_from_dict(data, base, source, methods=methods.names(), rules=meaning_problems)
 
 
 def load_spec(path: str | Path = DEFAULT_SPEC) -> Spec:
     """trtspec.spec.load_spec with every rule (see spec_from_dict)."""
-    return schema.load_spec(path, methods=methods.names(), rules=meaning_problems)
+    return load.load_spec(path, methods=methods.names(), rules=meaning_problems)
 
 
 @dataclasses.dataclass

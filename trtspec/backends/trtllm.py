@@ -12,8 +12,8 @@ from trtspec.backends.base import Backend, Capabilities
 from trtspec.errors import PairError
 from trtspec.spec import Problem, Spec
 
-# TensorRT-LLM's speculative-decoding support matrices (examples/eagle, examples/lookahead READMEs; draft-target
-# and Medusa per the reference §1.4/§2.3) list FP16, BF16 (and FP8), never FP32.
+# TensorRT-LLM's speculative-decoding support matrices (NVIDIA/TensorRT-LLM examples/eagle, examples/lookahead and
+# examples/medusa READMEs, "Support Matrix") list FP16, BF16 (and FP8), never FP32.
 DTYPES = ("float16", "bfloat16")
 
 

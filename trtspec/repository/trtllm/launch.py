@@ -1,7 +1,7 @@
 """The server command lines for the trtllm repositories, to run INSIDE the Triton TRT-LLM container.
 
 Each trtllm backend (trtspec.backends) picks its own: `mpirun_command` (trtllm-engine) returns the same
-command TensorRT-LLM's `scripts/launch_triton_server.py` builds (reference §3.7; TensorRT-LLM
+command TensorRT-LLM's `scripts/launch_triton_server.py` builds (TensorRT-LLM
 `triton_backend/scripts/launch_triton_server.py`), but as a foreground process the caller owns (the
 script itself `Popen`s and returns at once); `llmapi_command` (trtllm-llmapi) is that script's world-size-1
 command, the way TensorRT-LLM's llmapi docs launch it (tensorrtllm_backend docs/llmapi.md):

@@ -1,6 +1,7 @@
 """The `trtllm-llmapi` repository: one python-backend model `tensorrt_llm` whose `1/model.yaml`
-holds the `LLM(...)` arguments, `speculative_config` included, and `triton_config`
-(reference/tensorrt-llm.md §4.3). No engine is built: the PyTorch backend loads HF checkpoints.
+holds the `LLM(...)` arguments, `speculative_config` included, and `triton_config` (NVIDIA/TensorRT-LLM
+`triton_backend/all_models/llmapi/tensorrt_llm/1/model.yaml`). No engine is built: the PyTorch backend loads HF
+checkpoints.
 
     method        speculative_config (the runtime's method table says, trtspec/backends/trtllm_llmapi_methods.py,
                   and the backend passes it in as `method_args`, spelled for runtime.trtllm.version: for 1.x

@@ -21,7 +21,8 @@ def jsonl_prompts(path: Path, n: int) -> list[str]:
 def served_deployment(spec, prefix: str = "bench-") -> Iterator:
     """`spec` built into a temp dir and served by the bundled Triton (a started TritonServer); stopped and
     removed on exit."""
-    from trtspec.builders import BuildOptions, build
+    from trtspec.backends import build
+    from trtspec.builders import BuildOptions
     from trtspec.serve import TritonServer
 
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:

@@ -66,9 +66,10 @@ def main() -> int:
 
     from trtspec.bench import load
     from trtspec.bench.prompts import builtin
-    from trtspec.builders import BuildOptions, build
+    from trtspec.backends import build
+    from trtspec.builders import BuildOptions
     from trtspec.serve import TritonServer
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     spec = load_spec(args.spec)
     if args.server_threads:

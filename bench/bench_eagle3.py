@@ -37,9 +37,10 @@ import torch  # noqa: E402
 
 from bench._common import Meter, jsonl_prompts as prompts, served_deployment  # noqa: E402
 from trtspec.artifacts.tokenizer import chat_prompt_ids  # noqa: E402
-from trtspec.runtime import SamplingParams, SpecEngine  # noqa: E402
+from trtspec import methods  # noqa: E402
+from trtspec.runtime import SamplingParams  # noqa: E402
 from trtspec.runtime.stats import acceptance_rate, tokens_per_step  # noqa: E402
-from trtspec.spec import load_spec, spec_from_dict  # noqa: E402
+from trtspec.check import load_spec, spec_from_dict  # noqa: E402
 
 MODEL = REPO / "examples" / "models" / "smollm2-135m-instruct"
 HEAD = REPO / "examples" / "models" / "smollm2-135m-instruct-eagle3"
@@ -82,7 +83,7 @@ def main() -> None:
     rows: dict[str, dict[str, Meter]] = {name: {} for name in SETS}
     ks: dict[str, int] = {}
     for i, (run, spec) in enumerate(engines(args.heads).items()):
-        engine = SpecEngine.from_spec(spec)
+        engine = methods.engine(spec)
         ks[run] = engine.k_max
         sets = {name: [chat_prompt_ids(engine.tokenizer, p) for p in prompts(path, args.prompts)]
                 for name, path in SETS.items()}

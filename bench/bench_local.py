@@ -38,9 +38,10 @@ import torch  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from trtspec import methods  # noqa: E402
 from trtspec.runtime import SamplingParams, SpecEngine  # noqa: E402
 from trtspec.runtime.stats import tokens_per_step  # noqa: E402
-from trtspec.spec import spec_from_dict  # noqa: E402
+from trtspec.check import spec_from_dict  # noqa: E402
 
 METHODS = ["draft-model", "eagle", "medusa", "lookahead"]
 
@@ -157,7 +158,7 @@ def main(argv=None) -> int:
     print(f"models: {models}{'' if manifest.is_file() else ' (no MANIFEST.json)'}  threads: {args.threads}  "
           f"prompts: {args.prompts} x {args.new} new tokens, greedy, batch 1  load avg: {os.getloadavg()[0]:.2f}")
 
-    plain_eng = SpecEngine.from_spec(spec_for("none", models))
+    plain_eng = methods.engine(spec_for("none", models))
     prompts = load_prompts(models, args.prompts, plain_eng.tokenizer)
     n_tokens = len(prompts) * args.new
     t_plain, plain = run_engine(plain_eng, prompts, args.new, 0)
@@ -168,7 +169,7 @@ def main(argv=None) -> int:
 
     for method in [m for m in args.methods.split(",") if m]:
         spec = spec_for(method, models)
-        eng = SpecEngine.from_spec(spec)
+        eng = methods.engine(spec)
         log = StepLog(eng)
         K = eng.k_max
         for adaptive in ([False, True] if args.adaptive else [False]):

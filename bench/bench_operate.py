@@ -24,7 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 def _serve(specs, root: Path):
     """Build the specs and serve them all from one bundled Triton (ensemble_<i>); returns (server, names)."""
-    from trtspec.builders import BuildOptions, build
+    from trtspec.backends import build
+    from trtspec.builders import BuildOptions
     from trtspec.repository.torch_repo import ModelNames, emit_torch_repository
     from trtspec.serve import TritonServer
 
@@ -40,7 +41,7 @@ def _serve(specs, root: Path):
 
 
 def _with(spec, **speculative):
-    from trtspec.spec import spec_from_dict
+    from trtspec.check import spec_from_dict
 
     data = spec.to_dict()
     data["speculative"].update(speculative)
@@ -52,7 +53,7 @@ def grid(args) -> dict:
     from trtspec.bench.prompts import builtin
     from trtspec.bench.tune import best_schedule
     from trtspec.cli.bench import grid_table
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     spec = load_spec(ROOT / "examples/demo/draft-model.toml")
     prompts = builtin("code")[:args.n]
@@ -83,7 +84,7 @@ def quant(args) -> dict:
     from trtspec.bench import load
     from trtspec.bench.prompts import builtin
     from trtspec.cli.bench import grid_table
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     prompts = builtin("code")[:args.n]
     out = {}
@@ -102,7 +103,7 @@ def smollm2(args) -> dict:
     from trtspec.bench import load
     from trtspec.bench.prompts import builtin
     from trtspec.cli.bench import grid_table
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     spec = load_spec(ROOT / "examples/smollm2/lookahead.toml")
     prompts = builtin("edit")[:args.n]

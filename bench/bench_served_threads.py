@@ -35,8 +35,9 @@ def main() -> int:
 
     from trtspec.artifacts.tokenizer import chat_prompt_ids
     from trtspec.client import generate_remote
-    from trtspec.runtime import SamplingParams, SpecEngine
-    from trtspec.spec import load_spec
+    from trtspec import methods
+    from trtspec.runtime import SamplingParams
+    from trtspec.check import load_spec
 
     base = load_spec(args.spec)
     texts = prompts(ROOT / "examples/smollm2/chat.jsonl", args.prompts)
@@ -45,7 +46,7 @@ def main() -> int:
     for threads in (int(t) for t in args.threads.split(",")):
         tc = base.runtime.torch.model_copy(update={"threads": threads})
         spec = base.model_copy(update={"runtime": base.runtime.model_copy(update={"torch": tc})})
-        engine = SpecEngine.from_spec(spec)
+        engine = methods.engine(spec)
         ids = [chat_prompt_ids(engine.tokenizer, p) for p in texts]
         engine.generate(ids[0], SamplingParams(max_new_tokens=8, num_draft_tokens=0))  # warm-up
         tokens, seconds = 0, 0.0

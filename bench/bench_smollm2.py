@@ -36,8 +36,9 @@ import torch  # noqa: E402
 
 from bench._common import Meter, jsonl_prompts as prompts, served_deployment  # noqa: E402
 from trtspec.artifacts.tokenizer import chat_prompt_ids  # noqa: E402
-from trtspec.runtime import SamplingParams, SpecEngine  # noqa: E402
-from trtspec.spec import load_spec  # noqa: E402
+from trtspec import methods  # noqa: E402
+from trtspec.runtime import SamplingParams  # noqa: E402
+from trtspec.check import load_spec  # noqa: E402
 
 MODEL = REPO / "examples" / "models" / "smollm2-135m-instruct"
 SPEC = REPO / "examples" / "smollm2" / "ngram.toml"
@@ -70,7 +71,7 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM
 
-    engines = {suffix: SpecEngine.from_spec(load_spec(path)) for suffix, path in SPECS.items()}
+    engines = {suffix: methods.engine(load_spec(path)) for suffix, path in SPECS.items()}
     engine = engines[""]
     eos = sorted(engine.eos_ids)
     hf = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32).eval()

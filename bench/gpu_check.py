@@ -149,10 +149,10 @@ def spec_dict(device: str, method: str, target: Path, *, dtype: str = "float32",
 
 def engine_for(data: dict[str, Any], device: str):
     """A SpecEngine for a spec dict (its runtime.device: cuda or cpu)."""
-    from trtspec.runtime import SpecEngine
-    from trtspec.spec import spec_from_dict
+    from trtspec import methods
+    from trtspec.check import spec_from_dict
 
-    return SpecEngine.from_spec(spec_from_dict(data))
+    return methods.engine(spec_from_dict(data))
 
 
 @dataclasses.dataclass

@@ -34,7 +34,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from trtspec.spec import Spec, load_spec  # noqa: E402
+from trtspec.check import load_spec  # noqa: E402
+
+from trtspec.spec import Spec  # noqa: E402
 
 PROMPTS = ["def parse_args(argv):\n    ", "import os\nimport sys\n\n\ndef main():\n", "class Cache:\n    ",
            "for i in range(", "    def __repr__(self):\n        return ", "try:\n    import json\nexcept",
@@ -96,9 +98,10 @@ def server_rss(server) -> tuple[float, int]:
 def references(spec: Spec, engine_dir: Path, prompts: list[str], max_tokens: int) -> list[str]:
     """Greedy plain-decoding texts of `prompts` in-process, on the weights the server loads."""
     from trtspec.repository.serving import load_engine_spec
-    from trtspec.runtime import SamplingParams, SpecEngine
+    from trtspec import methods
+    from trtspec.runtime import SamplingParams
 
-    engine = SpecEngine.from_spec(load_engine_spec(engine_dir))
+    engine = methods.engine(load_engine_spec(engine_dir))
     try:
         params = SamplingParams(max_new_tokens=max_tokens, num_draft_tokens=0)
         return [engine.generate(p, params).text for p in prompts]
@@ -110,7 +113,8 @@ def run_soak(spec: Spec, *, clients: int = 16, duration: float = 120.0, max_toke
              prompts: list[str] | None = None, interval: float = 2.0, out: Path | None = None,
              log=print) -> SoakResult:
     """Build, serve and soak `spec`'s deployment (see the module docstring); the server is always stopped."""
-    from trtspec.builders import BuildOptions, build
+    from trtspec.backends import build
+    from trtspec.builders import BuildOptions
     from trtspec.client import generate_remote
     from trtspec.serve import TritonServer
 

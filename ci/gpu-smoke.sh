@@ -100,7 +100,7 @@ PY
     export TRTSPEC_ADMIN_KEY="${TRTSPEC_ADMIN_KEY:-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
     launch=$(SPEC="$spec" REPO="$OUT/repo/$name" python3 - <<'PY'
 import os
-from trtspec.spec import load_spec, spec_from_dict
+from trtspec.check import load_spec, spec_from_dict
 from trtspec.backends import launch_command
 from trtspec.repository.trtllm.launch import launch_shell
 d = load_spec(os.environ["SPEC"]).to_dict()

@@ -215,8 +215,9 @@ def test_train_demo_family_serves_each_drafter_greedy_identically(quick_family, 
     to exactly the runtime's plain greedy output; row-exact passes, so that no near-tie of the barely
     trained quick target can flip a token."""
     from trtspec.artifacts.tokenizer import load_tokenizer
-    from trtspec.runtime import SamplingParams, SpecEngine
-    from trtspec.spec import spec_from_dict
+    from trtspec import methods
+    from trtspec.runtime import SamplingParams
+    from trtspec.check import spec_from_dict
 
     where = {"draft-model": {"draft": "draft"}, "medusa": {"heads": "medusa"}, "eagle": {"heads": "eagle"}}[method]
     tree = {"choices": [[0], [1], [0, 0], [0, 1], [0, 0, 0]]} if method != "draft-model" else {}
@@ -227,7 +228,7 @@ def test_train_demo_family_serves_each_drafter_greedy_identically(quick_family, 
         "runtime": {"kind": "torch", "device": "cpu", "torch": {"row_exact": True}}}, base=quick_family)
     tok = load_tokenizer(quick_family / "target")
     prompts = [tok(text, add_special_tokens=False)["input_ids"][:32] for text in SAMPLES[:2]]
-    engine = SpecEngine.from_spec(spec, tokenizer=tok)
+    engine = methods.engine(spec, tokenizer=tok)
     try:
         plain = [engine.generate(p, SamplingParams(max_new_tokens=12, end_id=-1, num_draft_tokens=0)).tokens
                  for p in prompts]

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from trtspec.artifacts.pair import check_pair
-from trtspec.builders import BuildOptions, build
+from trtspec.methods import check_pair
+from trtspec.backends import build
+from trtspec.builders import BuildOptions
 from trtspec.cli import main
 from trtspec.errors import PairError
-from trtspec.spec import load_spec
+from trtspec.check import load_spec
 
 from tests.runtime.family import build_family, write_spec
 

@@ -10,13 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from trtspec.builders import BuildOptions, build
+from trtspec.backends import build
+
+from trtspec.builders import BuildOptions
 from trtspec.builders.lock import LOCK_NAME, read_lock
 from trtspec.errors import BuildError, ClientError
 from trtspec.repository import pbtxt, serving, textio
 from trtspec.repository.torch_repo import (ENSEMBLE_INPUTS, ENSEMBLE_OUTPUTS, ModelNames, emit_torch_repository,
                                            model_source)
-from trtspec.spec import load_spec, spec_from_dict
+from trtspec.check import load_spec, spec_from_dict
 
 from tests.runtime.family import build_family, write_spec
 

@@ -29,7 +29,7 @@ from trtspec.errors import GenerationError
 from trtspec.repository import pbtxt, serving, textio
 from trtspec.repository.torch_repo import ModelNames, generation_config, postprocessing_config, preprocessing_config
 from trtspec.runtime import SamplingParams
-from trtspec.spec import load_spec
+from trtspec.check import load_spec
 
 from tests.runtime import family
 
@@ -106,9 +106,9 @@ def tiny(tmp_path_factory):
     family.save_llama(root / "target", seed=1)
     family.save_tokenizer(root / "target")
     spec = load_spec(family.write_spec(root, "lookahead", max_input_len=16, max_output_len=8))
-    from trtspec.runtime import SpecEngine
+    from trtspec import methods
 
-    engine = SpecEngine.from_spec(spec)
+    engine = methods.engine(spec)
     yield types.SimpleNamespace(spec=spec, engine=engine, tokenizer=engine.tokenizer)
     engine.close()
 

@@ -13,7 +13,7 @@ import pytest
 
 from trtspec.repository import serving, textio
 from trtspec.repository.torch_repo import ModelNames, ensemble_config, preprocessing_config
-from trtspec.spec import load_spec
+from trtspec.check import load_spec
 
 from tests.e2e.conftest import DEMO_SPECS
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from trtspec.cli import main
 from trtspec.errors import SpecError
-from trtspec.spec import load_spec, spec_from_dict
+from trtspec.check import load_spec, spec_from_dict
 
 from tests.support import DEMO, ROOT, needs_demo_models
 

@@ -17,7 +17,8 @@ from pydantic import BaseModel
 
 from trtspec.errors import SpecError
 from trtspec.names import name_problem
-from trtspec.spec import Spec, load_spec, spec_from_dict
+from trtspec.check import load_spec, spec_from_dict
+from trtspec.spec import Spec
 
 SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 

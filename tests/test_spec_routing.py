@@ -9,7 +9,8 @@ import pytest
 
 from tests.support import DEMO, needs_demo_models
 from trtspec.errors import SpecError
-from trtspec.spec import drafter_spec, load_spec, spec_from_dict
+from trtspec.check import load_spec, spec_from_dict
+from trtspec.spec import drafter_spec
 
 ROUTED = {"schema": 1, "model": {"target": "t"},
           "speculative": {"method": "routed",
@@ -88,12 +89,12 @@ def test_a_routed_spec_is_refused_by_the_tensorrt_llm_runtimes():
 @needs_demo_models
 def test_the_demo_routed_spec_checks_its_pair_and_builds_each_drafters_weights():
     from trtspec import methods
-    from trtspec.artifacts.pair import check_pair
+    from trtspec.methods import check_pair
     from trtspec.builders.torch_build import engine_spec_dict, roles
 
     spec = load_spec(DEMO / "routed.toml")
     assert check_pair(spec).problems == []
-    role_dirs = roles(spec)
+    role_dirs = roles(spec, methods.get(spec.method))
     assert set(role_dirs) == {"target", "draft-prose"}
     built = engine_spec_dict(spec, role_dirs)["speculative"]["drafters"]
     assert built[0]["draft"] == "draft-prose" and "draft" not in built[1]

@@ -1,5 +1,11 @@
-"""`trtspec check`: the spec, the paths, the model pair, then what the spec's runtime adds (its backend's
-`check`: the GPU memory plan, built engines against the serving container's TensorRT-LLM version)."""
+"""`trtspec check`, and the spec's full validation: the composition point above the methods and the runtimes.
+
+trtspec.spec validates a spec's shape; `load_spec` / `spec_from_dict` here add what needs the spec's method
+(trtspec/methods/) and runtime (trtspec/backends/): the method's own rules, what the runtime cannot run and
+what it takes of the method. The CLI reads every spec through them. `run_check` then checks the paths, the
+model pair, and what the spec's runtime adds (its backend's `check`: the GPU memory plan, built engines
+against the serving container's TensorRT-LLM version).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,43 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import backends, methods
+from trtspec.spec import load, rules
 from trtspec.errors import ModelError, PairError, SpecError, TrtspecError
-from trtspec.spec import Spec, check_paths
+from trtspec.spec import DEFAULT_SPEC, Problem, Spec, check_paths
+
+
+def meaning_problems(spec: Spec) -> list[Problem]:
+    """Every cross-field rule of the spec, in one order: the spec's own (trtspec.spec), the method's
+    (trtspec/methods/<name>.py) and the runtime's (trtspec/backends/: its devices, GPU, parallelism, and what it
+    takes of the method)."""
+    s = spec.speculative
+    method, backend = methods.get(s.method), backends.for_spec(spec)
+    gpu = backend.capabilities.gpu
+    p = rules.schema_problems(spec)
+    p += method.problems(spec)
+    p += rules.drafters_problems(spec, method.routed, [m.name for m in methods.registered() if m.routed])
+    if s.schedule is not None:
+        p += rules.schedule_problems(spec, method.drafts)
+    if s.draft_quantization is not None:
+        p += rules.quantization_problems(spec, method.weights, gpu)
+    p += rules.model_quantization_problems(spec, gpu)
+    p += rules.length_problems(spec)
+    p += backend.problems(spec)
+    p += rules.gpu_count_problems(spec)
+    p += backend.method_problems(spec)
+    p += rules.device_problems(spec)
+    p += rules.serving_problems(spec)
+    return p
+
+
+def spec_from_dict(data: dict[str, Any], base: Path | None = None, source: Path | None = None) -> Spec:
+    """trtspec.spec.spec_from_dict with every rule: a registered method, its rules and its runtime's."""
+    return load.spec_from_dict(data, base, source, methods=methods.names(), rules=meaning_problems)
+
+
+def load_spec(path: str | Path = DEFAULT_SPEC) -> Spec:
+    """trtspec.spec.load_spec with every rule (see spec_from_dict)."""
+    return load.load_spec(path, methods=methods.names(), rules=meaning_problems)
 
 
 @dataclasses.dataclass
@@ -70,10 +111,8 @@ def run_check(spec: Spec, models: bool = True, engines: Path | None = Path("engi
     report = CheckReport(spec=spec, problems=[])
     report.add(SpecError, [str(p) for p in check_paths(spec)] if models else [])
     if models and report.ok:
-        from trtspec.artifacts.pair import check_pair
-
         try:
-            pair = check_pair(spec)
+            pair = methods.check_pair(spec)
         except ModelError as exc:
             report.add(ModelError, [exc.message], exc.hint)
             return report

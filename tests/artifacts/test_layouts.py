@@ -12,11 +12,12 @@ import torch
 
 from tests.runtime import family
 from tests.trtllm import fixtures as fx
+from trtspec import methods
 from trtspec.artifacts import heads, manifest
 from trtspec.artifacts.hf import ModelConfig
 from trtspec.artifacts.weights import load_weights, weight_shapes
 from trtspec.errors import ConvertError, ModelError, RepositoryError
-from trtspec.spec import spec_from_dict
+from trtspec.check import spec_from_dict
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +79,9 @@ def test_the_converter_refuses_pickled_weights_without_unpickling_them(tmp_path)
 def test_medusa_num_heads_has_one_error_behaviour_everywhere(fam, tmp_path, value):
     """Missing or not an integer >= 1: an error naming the key in check, convert, the memory plan and the
     runtime alike (the memory plan used to assume one head, the converter 0 heads, the runtime int("4"))."""
-    from trtspec.artifacts.pair import check_pair
+    from trtspec.methods import check_pair
+    from trtspec.backends.trtllm_engine_methods import engine_method, medusa_num_heads
     from trtspec.builders.trtllm.memory import memory_plan
-    from trtspec.methods.medusa import num_heads as medusa_num_heads
-    from trtspec.runtime import SpecEngine
 
     root = _copy(fam, tmp_path)
     cfg = json.loads((root / "medusa" / "config.json").read_text())
@@ -92,9 +92,9 @@ def test_medusa_num_heads_has_one_error_behaviour_everywhere(fam, tmp_path, valu
     with pytest.raises(ConvertError, match="medusa_num_heads"):
         medusa_num_heads(spec)
     trtllm = spec.model_copy(update={"runtime": spec.runtime.model_copy(update={"kind": "trtllm-engine"})})
-    assert any("medusa_num_heads" in p for p in memory_plan(trtllm).problems)
+    assert any("medusa_num_heads" in p for p in memory_plan(trtllm, engine_method(trtllm)).problems)
     with pytest.raises(ModelError, match="medusa_num_heads"):
-        SpecEngine.from_spec(spec)
+        methods.engine(spec)
 
 
 def test_medusa_writer_and_reader_round_trip_and_refuse_a_wrong_layout(tmp_path):
@@ -114,7 +114,7 @@ def test_medusa_writer_and_reader_round_trip_and_refuse_a_wrong_layout(tmp_path)
 def test_eagle_heads_must_fit_the_target_already_at_check_time(fam, tmp_path):
     """`check` compares what the runtime compares (hidden, heads, KV heads, head_dim, vocab): a head with other
     attention heads used to pass `check` and fail when the server loaded it."""
-    from trtspec.artifacts.pair import check_pair
+    from trtspec.methods import check_pair
 
     root = _copy(fam, tmp_path)
     cfg = json.loads((root / "eagle" / "config.json").read_text())
@@ -129,11 +129,11 @@ def test_eagle_heads_must_fit_the_target_already_at_check_time(fam, tmp_path):
 def test_an_eagle_head_config_inherits_the_targets_keys_in_the_runtime_too(fam, tmp_path):
     """EAGLE-1 head configs may record only what differs from the target: the converter always merged them over
     the target's config; the runtime now reads them the same way (it used to refuse a missing key)."""
-    from trtspec.runtime import SamplingParams, SpecEngine
+    from trtspec.runtime import SamplingParams
 
     root = _copy(fam, tmp_path)
     (root / "eagle" / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 1}))
-    eng = SpecEngine.from_spec(_spec(root, "eagle", heads="eagle"))
+    eng = methods.engine(_spec(root, "eagle", heads="eagle"))
     assert len(eng.generate([1, 2, 3], SamplingParams(max_new_tokens=4)).tokens) == 4
 
 
@@ -155,7 +155,7 @@ def test_the_converter_reads_model_prefixed_eagle_weights_like_the_runtime(tmp_p
 
 def test_eagle_version_of_a_damaged_head_is_a_repository_error(fam, tmp_path):
     """The llmapi renderer's EAGLE-3 probe used to crash (struct.error) on a truncated safetensors file."""
-    from trtspec.methods.eagle import eagle_version
+    from trtspec.backends.trtllm_llmapi_methods import eagle_version
 
     root = _copy(fam, tmp_path)
     assert eagle_version(root / "eagle") == 1

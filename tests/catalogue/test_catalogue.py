@@ -118,9 +118,10 @@ def test_offline_case(case: Case, pristine, tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    from trtspec.builders import BuildOptions, build
+    from trtspec.backends import build
+    from trtspec.builders import BuildOptions
     from trtspec.serve import TritonServer
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     from tests.e2e.conftest import DEMO_MODELS, DEMO_SPECS, _tiny_specs
 

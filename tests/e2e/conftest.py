@@ -18,10 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from trtspec.builders import BuildOptions, BuildResult, build
+from trtspec.backends import build
+
+from trtspec.builders import BuildOptions, BuildResult
 from trtspec.repository.torch_repo import ModelNames, emit_torch_repository
 from trtspec.serve import TritonServer
-from trtspec.spec import Spec, load_spec
+from trtspec.check import load_spec
+from trtspec.spec import Spec
 
 ROOT = Path(__file__).resolve().parents[2]
 from tests.runtime import family as tiny
@@ -142,13 +145,13 @@ def e2e(tmp_path_factory) -> E2E:
 @pytest.fixture(scope="session")
 def local_engines(e2e):
     """In-process SpecEngines on the same served weights (for the identity checks)."""
-    from trtspec.runtime import SpecEngine
+    from trtspec import methods
 
     engines: dict[str, object] = {}
 
     def get(method: str):
         if method not in engines:
-            engines[method] = SpecEngine.from_spec(e2e.deployments[method].served_spec)
+            engines[method] = methods.engine(e2e.deployments[method].served_spec)
         return engines[method]
 
     yield get

@@ -25,8 +25,9 @@ class Built:
 def build_lookahead(root: Path) -> Built:
     if not demo_ready("target"):
         pytest.skip("demo family not trained yet")
-    from trtspec.builders import BuildOptions, build
-    from trtspec.spec import load_spec
+    from trtspec.backends import build
+    from trtspec.builders import BuildOptions
+    from trtspec.check import load_spec
 
     path = DEMO / "lookahead.toml"
     spec = load_spec(path)

@@ -15,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from tests.support import DEMO, demo_ready
-from trtspec.builders import BuildOptions, build
+from trtspec.backends import build
+from trtspec.builders import BuildOptions
 from trtspec.cli import main
 from trtspec.client import generate_remote
 from trtspec.errors import DeployError
@@ -63,7 +64,7 @@ def _cli(spec, server: TritonServer, repo: Path, out: Path, *extra: str):
 @pytest.fixture(scope="module")
 def target(tmp_path_factory):
     """A fresh explicit-mode server on an empty repository, and the first deploy done with the CLI."""
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     if not demo_ready("target", "draft"):
         pytest.skip("demo family not trained yet")
@@ -85,7 +86,8 @@ def target(tmp_path_factory):
 
 def test_deploy_loads_and_smoke_tests_the_build(target):
     from trtspec.repository.serving import load_engine_spec
-    from trtspec.runtime import SamplingParams, SpecEngine
+    from trtspec import methods
+    from trtspec.runtime import SamplingParams
 
     out, spec = target.cli_output, target.spec
     ensemble = spec.serving.ensemble_name
@@ -103,7 +105,7 @@ def test_deploy_loads_and_smoke_tests_the_build(target):
     assert not list(target.repo.glob(f"{STAGE_PREFIX}*"))
     # served text = plain greedy decoding of the deployed weights, in process
     served = generate_remote(target.server.grpc_url, target.prompt, max_tokens=TOKENS, model=ensemble).text
-    engine = SpecEngine.from_spec(load_engine_spec(target.repo / ".trtspec-engines" / spec.name))
+    engine = methods.engine(load_engine_spec(target.repo / ".trtspec-engines" / spec.name))
     try:
         local = engine.generate(target.prompt, SamplingParams(max_new_tokens=TOKENS, num_draft_tokens=0)).text
     finally:

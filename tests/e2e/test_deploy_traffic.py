@@ -57,7 +57,7 @@ TritonPythonModel.initialize = _candidate_only
 
 
 def _spec(root: Path, target: str, k: int):
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     root.mkdir(parents=True, exist_ok=True)
     path = root / "trtspec.toml"
@@ -78,7 +78,8 @@ class Build:
 
 
 def _build(root: Path, target: str, k: int) -> Build:
-    from trtspec.builders import BuildOptions, build
+    from trtspec.backends import build
+    from trtspec.builders import BuildOptions
 
     spec = _spec(root, target, k)
     build(spec, BuildOptions(out_engines=root / "engines", out_repo=root / "model_repository", progress=False))

@@ -76,8 +76,9 @@ def test_status_lists_models_revisions_and_spec_decode_metrics(e2e):
 
 
 def test_tune_writes_a_schedule_the_runtime_then_follows(e2e, tmp_path):
-    from trtspec.runtime import SamplingParams, SpecEngine
-    from trtspec.spec import load_spec
+    from trtspec import methods
+    from trtspec.runtime import SamplingParams
+    from trtspec.check import load_spec
 
     d = e2e.deployments["draft-model"]
     path = _spec_copy(d.served_spec, tmp_path / "tuned.toml")
@@ -90,7 +91,7 @@ def test_tune_writes_a_schedule_the_runtime_then_follows(e2e, tmp_path):
     assert schedule[1] == spec.speculative.num_draft_tokens and schedule[2] in (0, 2)
     assert path.read_text().startswith("# a user's comment\n")
     assert [r["concurrency"] for r in report["bands"]] == [1, 2] and report["bands"][0]["before_tokens_per_s"] > 0
-    engine = SpecEngine.from_spec(spec)
+    engine = methods.engine(spec)
     steps = []
     engine.on_step.append(lambda s: steps.append((s.batch_size, max(s.drafted))))
     try:

@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from tests.support import DEMO, demo_ready
-from trtspec.builders import BuildOptions, build
+from trtspec.backends import build
+from trtspec.builders import BuildOptions
 from trtspec.cli import main
 from trtspec.client import generate_remote
 from trtspec.serve import TritonServer
@@ -26,7 +27,7 @@ def _cli(*args):
 
 def test_deploy_records_then_rollback_restores_the_previous_version(tmp_path):
     from trtspec.serve.control import server_status
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     if not demo_ready("target", "draft"):
         pytest.skip("demo family not trained yet")

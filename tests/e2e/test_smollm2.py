@@ -58,17 +58,19 @@ def test_a_streamed_chat_served_by_triton_equals_inprocess_plain_decoding(tmp_pa
     import tritonclient.grpc as grpcclient
 
     from trtspec.artifacts.tokenizer import chat_prompt_ids
-    from trtspec.builders import BuildOptions, build
+    from trtspec.backends import build
+    from trtspec.builders import BuildOptions
     from trtspec.client import generate_remote
     from trtspec.repository.serving import load_engine_spec
-    from trtspec.runtime import SamplingParams, SpecEngine
+    from trtspec import methods
+    from trtspec.runtime import SamplingParams
     from trtspec.serve import TritonServer
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     result = build(load_spec(SPEC), BuildOptions(out_engines=tmp_path / "engines",
                                                  out_repo=tmp_path / "model_repository", progress=False))
     served_spec = load_engine_spec(Path(result.engines["target"]).parent)
-    engine = SpecEngine.from_spec(served_spec)
+    engine = methods.engine(served_spec)
     try:
         plain = engine.generate(chat_prompt_ids(engine.tokenizer, CHAT),
                                 SamplingParams(max_new_tokens=MAX_TOKENS, num_draft_tokens=0))

@@ -14,9 +14,10 @@ import torch
 from tests.runtime import family
 from tests.runtime.test_rejection import chi2_z
 from tests.train.eagle3_support import save_eagle3, save_target4, write_spec
+from trtspec import methods
 from trtspec.runtime import SamplingParams, SpecEngine
 from trtspec.runtime.llama import Llama
-from trtspec.spec import load_spec
+from trtspec.check import load_spec
 
 torch.set_num_threads(1)
 TREE = [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]
@@ -50,11 +51,11 @@ def test_captured_layers_are_the_outputs_of_those_transformers_layers(pair):
 @pytest.mark.parametrize("k,choices", [(4, None), (6, TREE)], ids=["chain", "tree"])
 def test_greedy_identity_with_a_reduced_vocabulary_batch_1_and_4(pair, k, choices):
     root, target, head = pair
-    plain = SpecEngine.from_spec(load_spec(write_spec(root, target, head, k=k, choices=choices, name=f"p{k}")))
+    plain = methods.engine(load_spec(write_spec(root, target, head, k=k, choices=choices, name=f"p{k}")))
     prompts = [torch.randint(1, 90, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (3, 9, 17, 5, 11)]
     sp0 = SamplingParams(max_new_tokens=30, num_draft_tokens=0)
     reference = [plain.generate(p, sp0).tokens for p in prompts]
-    eng = SpecEngine.from_spec(load_spec(write_spec(root, target, head, k=k, choices=choices, name=f"s{k}")))
+    eng = methods.engine(load_spec(write_spec(root, target, head, k=k, choices=choices, name=f"s{k}")))
     assert type(eng.proposer).__name__ == "Eagle3Proposer"
     sp = SamplingParams(max_new_tokens=30, num_draft_tokens=k)
     single = [eng.generate(p, sp) for p in prompts]
@@ -146,7 +147,7 @@ def test_sampled_drafts_are_target_ids_with_q_zero_outside_the_draft_vocabulary(
 
 
 def test_check_rejects_a_head_for_another_target(pair, tmp_path):
-    from trtspec.artifacts.pair import check_pair
+    from trtspec.methods import check_pair
 
     root, target, head = pair
     assert check_pair(load_spec(write_spec(tmp_path, target, head, name="ok"))).problems == []
@@ -166,7 +167,7 @@ def test_check_rejects_a_trained_head_for_a_target_with_another_tokenizer(pair, 
     import shutil
 
     from trtspec.artifacts import manifest
-    from trtspec.artifacts.pair import check_pair
+    from trtspec.methods import check_pair
 
     root, target, head = pair
     trained = tmp_path / "trained"
@@ -180,7 +181,7 @@ def test_check_rejects_a_trained_head_for_a_target_with_another_tokenizer(pair, 
 def test_check_reports_a_config_that_disagrees_with_the_weights(pair, tmp_path):
     import shutil
 
-    from trtspec.artifacts.pair import check_pair
+    from trtspec.methods import check_pair
 
     root, target, head = pair
     bad = tmp_path / "bad"
@@ -212,10 +213,10 @@ def test_both_spellings_of_the_captured_layers(pair, tmp_path):
 
 
 def test_llmapi_serves_an_eagle3_head_with_its_captured_layers(pair, tmp_path):
-    from trtspec import methods
+    from trtspec.backends.trtllm_llmapi_methods import llmapi_method
 
     root, target, head = pair
     spec = load_spec(write_spec(tmp_path, target, head, name="llm"))
-    sc = methods.get("eagle").llmapi_options(spec)["speculative_config"]
+    sc = llmapi_method(spec).options(spec)["speculative_config"]
     assert sc["decoding_type"] == "Eagle3" and sc["eagle3_layers_to_capture"] == [0, 1, 3]
     assert sc["max_draft_len"] == 4 and sc["speculative_model"] == str(head.resolve())

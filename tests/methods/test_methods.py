@@ -13,7 +13,7 @@ from trtspec import methods
 from trtspec.convert import params
 from trtspec.errors import SpecError
 from trtspec.methods.lookahead import lookahead_max_draft_len
-from trtspec.spec import spec_from_dict
+from trtspec.check import spec_from_dict
 
 BUILTIN = ("draft-model", "medusa", "eagle", "lookahead", "ngram", "suffix", "none")
 
@@ -72,6 +72,14 @@ def test_the_llmapi_refusal_of_medusa_names_the_methods_it_serves():
     assert problem.endswith("or method draft-model, eagle, ngram or suffix)")
 
 
+# every method name but "none", which names other things too (Triton's model-control mode)
+COMPARED = (*BUILTIN[:6], "routed")
+# modules with a vocabulary of their own that shares words with the methods' names: the trainers' training kinds
+# (drafters.KINDS: eagle3, eagle, medusa, draft-model: what is trained, not what serves it), the vLLM export's
+# method names (its own table of methods, as each runtime has)
+OWN_VOCABULARY = ("train/drafters.py", "export/vllm.py")
+
+
 def _compared_names(path: Path) -> list[tuple[int, str]]:
     """(line, name) of every comparison against a method name in a module (==, !=, in, not in, match)."""
     hits = []
@@ -84,16 +92,22 @@ def _compared_names(path: Path) -> list[tuple[int, str]]:
             continue
         for op in operands:
             items = op.elts if isinstance(op, (ast.Tuple, ast.List, ast.Set)) else [op]
-            hits += [(node.lineno, i.value) for i in items if isinstance(i, ast.Constant) and i.value in BUILTIN[:4]]
+            hits += [(node.lineno, i.value) for i in items if isinstance(i, ast.Constant) and i.value in COMPARED]
     return hits
 
 
 def test_method_names_are_compared_only_inside_the_methods_package():
-    """Every caller asks the registry: no `spec.method == "medusa"` anywhere else in trtspec/. The trainers'
-    module (train/drafters.py) branches on its own vocabulary, the training kinds (drafters.KINDS: eagle3,
-    eagle, medusa, draft-model: what is trained, not what serves it), and is left out of this check."""
+    """Every caller asks the registry or its runtime's method table (keyed by the methods' names, never compared):
+    no `spec.method == "medusa"` or `method == "routed"` anywhere else in trtspec/ but the modules with a
+    vocabulary of their own (OWN_VOCABULARY)."""
     package = ROOT / "trtspec"
     found = {str(p.relative_to(ROOT)): hits for p in sorted(package.rglob("*.py"))
-             if "methods" not in p.relative_to(package).parts[:1] and p.relative_to(package).as_posix()
-             != "train/drafters.py" and (hits := _compared_names(p))}
+             if "methods" not in p.relative_to(package).parts[:1]
+             and p.relative_to(package).as_posix() not in OWN_VOCABULARY and (hits := _compared_names(p))}
     assert found == {}
+
+
+def test_the_name_check_sees_a_comparison(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text('def f(spec):\n    return spec.method == "routed" or spec.method in ("ngram",)\n')
+    assert _compared_names(path) == [(2, "routed"), (2, "ngram")]

@@ -1,5 +1,5 @@
 """Adding a method = one module: a toy "repeat-last-token" method registered at test time plugs in through the
-registry alone. The spec accepts it, `check` runs its rules, SpecEngine.from_spec runs it (greedy output
+registry alone. The spec accepts it, `check` runs its rules, the torch runtime runs it through methods.engine (greedy output
 identical to plain decoding), and the TensorRT-LLM runtimes, the converter and the build plan refuse it
 cleanly (it declares no engine flags, checkpoint layout or LLM-API drafter)."""
 
@@ -10,14 +10,16 @@ from click.testing import CliRunner
 
 from tests.support import MODELS
 from trtspec import methods
+from trtspec.backends.trtllm_engine_methods import engine_method
+from trtspec.backends.trtllm_llmapi_methods import llmapi_method
 from trtspec.builders.trtllm.plan import make_plan
 from trtspec.cli import main
-from trtspec.convert import jobs_for_spec
 from trtspec.errors import BuildError, ConvertError, RepositoryError, SpecError
 from trtspec.methods.base import Method
-from trtspec.runtime import Draft, DraftPlan, Proposer, SamplingParams, SpecEngine
+from trtspec.runtime import Draft, DraftPlan, Proposer, SamplingParams
 from trtspec.runtime.proposer import EMPTY, chain
-from trtspec.spec import Problem, spec_from_dict
+from trtspec.check import spec_from_dict
+from trtspec.spec import Problem
 
 NAME = "repeat-last-token"
 
@@ -109,7 +111,7 @@ def test_check_runs_the_plugins_rules(toy, tiny_target, tmp_path):
 def test_the_torch_runtime_runs_it_greedy_identical_to_plain_decoding(toy, tiny_target):
     data = _spec()
     data["model"]["target"] = str(tiny_target)
-    eng = SpecEngine.from_spec(spec_from_dict(data))
+    eng = methods.engine(spec_from_dict(data))
     try:
         assert eng.method == NAME and eng.k_max == 4
         prompts = [[1, 2, 3], [5, 5, 5, 5], [7, 8, 9, 10, 11]]
@@ -131,9 +133,9 @@ def test_the_tensorrt_llm_paths_refuse_it_cleanly(toy, tmp_path):
         assert "(fix: use runtime.kind = \"torch\"" in problem
     spec = spec_from_dict(_spec())  # a torch spec handed to the TensorRT-LLM code paths directly
     with pytest.raises(BuildError, match="no TensorRT-LLM engine build"):
-        make_plan(spec, engines_root=tmp_path)
+        make_plan(spec, engine_method(spec), engines_root=tmp_path)
     with pytest.raises(ConvertError, match="no TensorRT-LLM engine build"):
-        jobs_for_spec(spec, tmp_path)
+        engine_method(spec).conversions(spec, tmp_path)
     with pytest.raises(RepositoryError, match="cannot be served by runtime 'trtllm-llmapi'"):
-        methods.get(NAME).llmapi_options(spec)
+        llmapi_method(spec).options(spec)
     assert not list(tmp_path.iterdir())

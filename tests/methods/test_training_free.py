@@ -11,6 +11,7 @@ import torch
 
 from tests.runtime import family
 from trtspec import methods
+from trtspec.backends.trtllm_llmapi_methods import llmapi_method
 from trtspec.errors import SpecError
 from trtspec.methods.lookahead import (DEPRECATION, LookaheadProposer, Pool, column_ngrams, jacobi_step,
                                        lookahead_max_draft_len, window_shape)
@@ -18,7 +19,7 @@ from trtspec.methods.suffix import OutputCache, SuffixProposer, SuffixTree, spec
 from trtspec.runtime import AdaptiveConfig, Llama, SamplingParams, SpecEngine
 from trtspec.runtime.cache import branch_inputs, chain_inputs
 from trtspec.runtime.proposer import Branch
-from trtspec.spec import spec_from_dict
+from trtspec.check import spec_from_dict
 
 torch.set_num_threads(1)
 
@@ -188,10 +189,12 @@ def test_lookahead_spec_maps_to_the_engine_and_is_refused_by_the_llmapi():
                            "speculative": {"method": "lookahead", "lookahead": {"window": 5, "ngram": 4,
                                                                                  "verification_set": 3}},
                            "runtime": {"kind": "trtllm-engine", "device": "cuda"}, "gpu": {"type": "h100"}})
-    m = methods.get("lookahead")
-    assert m.max_draft_len(spec) == 2 + 7 * 3
-    assert m.backend_parameters(spec, "target") == {"lookahead_window_size": "5", "lookahead_ngram_size": "4",
-                                                    "lookahead_verification_set_size": "3"}
+    from trtspec.backends.trtllm_engine_methods import engine_method
+
+    m, engine = methods.get("lookahead"), engine_method(spec)
+    assert engine.max_draft_len(spec) == 2 + 7 * 3
+    assert engine.backend_parameters(spec, "target") == {"lookahead_window_size": "5", "lookahead_ngram_size": "4",
+                                                         "lookahead_verification_set_size": "3"}
     assert m.notes(spec) == [DEPRECATION]
 
 
@@ -201,7 +204,7 @@ def test_ngram_maps_to_the_llmapi_ngram_and_is_refused_by_the_engine():
     base = {"schema": 1, "model": {"target": "t"}, "gpu": {"type": "h100"},
             "speculative": {"method": "ngram", "num_draft_tokens": 5, "ngram": {"max_matching": 2}}}
     spec = spec_from_dict(base | {"runtime": {"kind": "trtllm-llmapi", "device": "cuda"}})
-    assert methods.get("ngram").llmapi_options(spec) == {"speculative_config": {
+    assert llmapi_method(spec).options(spec) == {"speculative_config": {
         "decoding_type": "NGram", "max_draft_len": 5, "max_matching_ngram_size": 2, "is_keep_all": True,
         "is_use_oldest": True, "is_public_pool": True}}
     with pytest.raises(SpecError, match="TensorRT-LLM engines have no prompt-lookup mode"):
@@ -293,7 +296,8 @@ def test_suffix_llmapi_sa_by_version_and_engine_refusal():
 
     with pytest.raises(SpecError, match=r"TensorRT-LLM 1\.2\.1 has no SA \(suffix automaton\)"):
         spec("trtllm-llmapi")
-    got = methods.get("suffix").llmapi_options(spec("trtllm-llmapi", "1.3.0rc27", cache=10))
+    probe = spec("trtllm-llmapi", "1.3.0rc27", cache=10)
+    got = llmapi_method(probe).options(probe)
     assert got == {"speculative_config": {"decoding_type": "SA", "max_draft_len": 6, "max_matching_ngram_size": -1,
                                           "enable_global_pool": True}}
     with pytest.raises(SpecError, match="TensorRT-LLM engines have no suffix decoding"):

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from tests.support import DEMO, needs_demo_models
 from trtspec.cli import main
 from trtspec.errors import RepositoryError
-from trtspec.spec import load_spec, spec_from_dict
+from trtspec.check import load_spec, spec_from_dict
 
 K8S_VERSION = "1.30"
 
@@ -71,13 +71,13 @@ def test_vllm_gets_the_schedule_as_inclusive_batch_ranges():
 
 
 def test_vllm_refuses_a_method_it_has_none_for(monkeypatch):
-    from trtspec import methods
+    from trtspec.backends.trtllm_engine_methods import engine_method
+    from trtspec.backends.trtllm_llmapi_methods import llmapi_method
     from trtspec.export import vllm
 
     spec = spec_from_dict({"schema": 1, "model": {"target": "t"}, "speculative": {"draft": "d"}})
-    m = methods.get(spec.method)
-    monkeypatch.setattr(type(m), "speculative_decoding_mode", "something_else")
-    monkeypatch.setattr(type(m), "llmapi_options", lambda self, s: {})
+    monkeypatch.setattr(type(engine_method(spec)), "speculative_decoding_mode", "something_else")
+    monkeypatch.setattr(type(llmapi_method(spec)), "options", lambda self, s: {})
     with pytest.raises(RepositoryError, match="vLLM has no speculative method for trtspec's 'draft-model'"):
         vllm.speculative_config(spec)
 

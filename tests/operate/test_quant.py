@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from tests.runtime import family
+from trtspec import methods
 from trtspec.errors import SpecError
 from trtspec.runtime.quant import Int8Linear, int8_kernel, quantize_int4, quantize_int8, quantize_proposer
-from trtspec.spec import load_spec, spec_from_dict
+from trtspec.check import load_spec, spec_from_dict
 
 
 def test_int8_per_channel_and_int4_per_group_levels():
@@ -68,11 +69,12 @@ def test_int8_of_a_width_the_kernel_cannot_take_dequantizes():
 def test_int8_target_speculation_is_plain_decoding_of_it(fam, method):
     """model.quantization = "int8": the target's linears and head are int8; speculative decoding of the
     quantized target gives its plain decoding's tokens."""
-    from trtspec.runtime import SamplingParams, SpecEngine
+    from trtspec import methods
+    from trtspec.runtime import SamplingParams
 
     data = load_spec(family.write_spec(fam, method, draft="draft_near")).to_dict()
     data["model"]["quantization"] = "int8"
-    engine = SpecEngine.from_spec(spec_from_dict(data))
+    engine = methods.engine(spec_from_dict(data))
     try:
         assert isinstance(engine.target.head, Int8Linear) and isinstance(engine.target.layers[0].gate_up, Int8Linear)
         assert engine.target.exact_attention  # runtime.torch.row_exact's default for a quantized target
@@ -85,12 +87,10 @@ def test_int8_target_speculation_is_plain_decoding_of_it(fam, method):
 
 
 def _engine(fam, method, mode, **kw):
-    from trtspec.runtime import SpecEngine
-
     spec = load_spec(family.write_spec(fam, method, draft="draft_near", **kw))
     data = spec.to_dict()
     data["speculative"]["draft_quantization"] = mode
-    return SpecEngine.from_spec(spec_from_dict(data))
+    return methods.engine(spec_from_dict(data))
 
 
 PROMPTS = ["w1 w2 w3 w4 w5", "w10 w20 w30", "w7 w7 w8 w9 w10"]

@@ -31,7 +31,7 @@ def test_prune_keeps_the_newest_backups(tmp_path):
 
 
 def test_rollback_without_records_is_a_deploy_error(tmp_path):
-    from trtspec.spec import spec_from_dict
+    from trtspec.check import spec_from_dict
 
     spec = spec_from_dict({"schema": 1, "model": {"name": "demo", "target": "t"}, "speculative": {"draft": "d"}})
     with pytest.raises(DeployError, match="no deploy of 'demo' to .* to roll back"):

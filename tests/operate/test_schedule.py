@@ -7,7 +7,8 @@ import pytest
 
 from tests.runtime import family
 from trtspec.errors import SpecError
-from trtspec.spec import draft_len_schedule, load_spec, schedule_k, spec_from_dict
+from trtspec.check import load_spec, spec_from_dict
+from trtspec.spec import draft_len_schedule, schedule_k
 
 
 def _spec(schedule, *, k=4, batch=4, method="draft-model", **extra):
@@ -63,20 +64,21 @@ def test_draft_len_schedule_has_key_one_a_floor_and_covers_every_batch():
 
 
 def test_the_llmapi_model_yaml_carries_the_floored_schedule():
+    from trtspec.backends.trtllm_llmapi_methods import llm_args
     from trtspec.repository.trtllm.llmapi import model_yaml
 
     spec = _spec({"2": 0}, runtime={"kind": "trtllm-llmapi", "device": "cuda"}, gpu={"type": "h100"})
-    sc = model_yaml(spec)["speculative_config"]
+    sc = model_yaml(spec, llm_args(spec))["speculative_config"]
     assert sc["draft_len_schedule"] == {1: 4, 2: 1, 4: 1} and sc["max_draft_len"] == 4
 
 
 def _scheduled_engine(fam, schedule, **kw):
-    from trtspec.runtime import SpecEngine
+    from trtspec import methods
 
     spec = load_spec(family.write_spec(fam, "draft-model", draft="draft_near", **kw))
     data = spec.to_dict()
     data["speculative"]["schedule"] = {str(b): k for b, k in schedule.items()}
-    return SpecEngine.from_spec(spec_from_dict(data))
+    return methods.engine(spec_from_dict(data))
 
 
 def _run(engine, prompts, lengths):

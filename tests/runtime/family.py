@@ -120,10 +120,10 @@ def write_spec(root: Path, method: str, *, k: int = 4, choices=None, batch: int 
 
 def engine(root: Path, method: str = "none", **kw):
     """A SpecEngine for a spec written into the family dir."""
-    from trtspec.runtime import SpecEngine
-    from trtspec.spec import load_spec
+    from trtspec import methods
+    from trtspec.check import load_spec
 
-    return SpecEngine.from_spec(load_spec(write_spec(root, method, **kw)))
+    return methods.engine(load_spec(write_spec(root, method, **kw)))
 
 def save_noisy_copy(src: Path, dst: Path, noise: float, seed: int) -> None:
     """A draft that mostly agrees with its target: the target's weights plus relative Gaussian noise."""

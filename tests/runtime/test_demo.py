@@ -9,8 +9,9 @@ import torch
 from tests.support import DEMO as DEMO_SPECS
 from tests.support import MODELS as DEMO_MODELS
 from tests.support import demo_ready
-from trtspec.runtime import SamplingParams, SpecEngine
-from trtspec.spec import load_spec
+from trtspec import methods
+from trtspec.runtime import SamplingParams
+from trtspec.check import load_spec
 
 pytestmark = pytest.mark.skipif(not demo_ready("target", "draft", "medusa", "eagle"),
                                 reason="demo family not trained yet (examples/models)")
@@ -48,7 +49,7 @@ def demo_reference(demo_prompts):
 
 @pytest.mark.parametrize("method", list(MIN_TOKENS_PER_STEP))
 def test_demo_spec_greedy_identity_and_acceptance(method, demo_prompts, demo_reference):
-    eng = SpecEngine.from_spec(load_spec(DEMO_SPECS / f"{method}.toml"))
+    eng = methods.engine(load_spec(DEMO_SPECS / f"{method}.toml"))
     sp = SamplingParams(max_new_tokens=N_NEW)
     single = [eng.generate(p, sp) for p in demo_prompts]
     assert [r.tokens for r in single] == demo_reference

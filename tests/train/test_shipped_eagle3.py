@@ -38,7 +38,7 @@ def test_shipped_head_is_a_small_fp16_eagle3_head_with_its_manifest():
 @pytest.mark.skipif(not (TARGET / "config.json").is_file(), reason="SmolLM2 not imported (make smollm2)")
 @pytest.mark.parametrize("name", ["eagle3.toml", "eagle3-tree.toml"])
 def test_shipped_specs_check_against_smollm2(name):
-    from trtspec.artifacts.pair import check_pair
-    from trtspec.spec import load_spec
+    from trtspec.methods import check_pair
+    from trtspec.check import load_spec
 
     assert check_pair(load_spec(ROOT / "examples" / "smollm2" / name)).problems == []

@@ -245,8 +245,8 @@ def test_cli_verbs_train_with_a_budget(tiny, tmp_path, kind):
 def test_check_rejects_a_trained_drafter_for_another_target(tiny, tmp_path, kind, where, what):
     """A drafter trained for the tiny target, paired with a target of another width (or vocabulary): `check`
     names the mismatch before any build."""
-    from trtspec.artifacts.pair import check_pair
-    from trtspec.spec import spec_from_dict
+    from trtspec.methods import check_pair
+    from trtspec.check import spec_from_dict
 
     root, _, _, _ = tiny
     other = save_target4(tmp_path / "other", **({"hidden_size": 32} if what == "hidden" else {"vocab_size": 80}))

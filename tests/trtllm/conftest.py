@@ -60,7 +60,7 @@ def spec_text(method: str, *, name: str | None = None, dtype: str = "float16", k
 
 @pytest.fixture
 def make_spec(workdir):
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     def make(method: str, **kw):
         path = fx.write_spec(workdir / f"{kw.get('name') or method}.toml", spec_text(method, **kw))

@@ -12,11 +12,18 @@ from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
 from tests.trtllm.conftest import FAKE, calls
-from trtspec.builders import build
+from trtspec.backends import build
 from trtspec.builders.trtllm.cache import check_engine_compat
-from trtspec.builders.trtllm.memory import GPU_MEMORY, memory_plan
+from trtspec.backends.trtllm_engine_methods import engine_method
+from trtspec.builders.trtllm import memory
+from trtspec.builders.trtllm.memory import GPU_MEMORY
 from trtspec.cli import main
 from trtspec.errors import BuildError
+
+
+def memory_plan(spec, **kw):
+    """The memory plan for the spec and its method's row, as the backends compose them."""
+    return memory.memory_plan(spec, engine_method(spec), **kw)
 
 
 def _tree(path):

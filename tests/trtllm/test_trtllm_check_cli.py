@@ -6,7 +6,7 @@ import shutil
 
 from click.testing import CliRunner
 
-from trtspec.builders import build
+from trtspec.backends import build
 from trtspec.cli import main
 from tests.support import MODELS, needs_demo_models
 

@@ -10,8 +10,9 @@ import sys
 import yaml
 
 from tests.support import ROOT
-from trtspec.builders import build
+from trtspec.backends import build
 from trtspec.backends.bundle import bundle
+from trtspec.backends.trtllm_engine_methods import engine_method
 from trtspec.builders.trtllm.cache import spec_engine_keys
 from trtspec.cli import main
 from trtspec.repository import pbtxt
@@ -55,7 +56,7 @@ def test_engine_key_matches_the_lock(make_spec, build_opts, workdir, record):
     spec = make_spec("draft-model")
     res = build(spec, build_opts())
     lock = json.loads((workdir / "engines" / "draft-model" / "trtspec.lock.json").read_text())
-    keys = spec_engine_keys(spec, workdir / "engines")
+    keys = spec_engine_keys(spec, engine_method(spec), workdir / "engines")
     assert keys == {role: e["key"] for role, e in lock["engines"].items()}
     result = CliRunner().invoke(main, ["cache", "key", "-c", str(workdir / "draft-model.toml"),
                                        "--out-engines", str(workdir / "engines")])
@@ -70,7 +71,7 @@ def test_moved_workspace_rebuilds_nothing(make_spec, build_opts, workdir, record
     import shutil
 
     from trtspec.builders import BuildOptions
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     build(make_spec("medusa"), build_opts())
     moved = tmp_path_factory.mktemp("elsewhere") / "ws"

@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
+from trtspec.backends.trtllm_llmapi_methods import llm_args
 from trtspec.repository.trtllm import render_llmapi_repository, write_files
 
 STAND_IN = '''import os
@@ -38,7 +39,7 @@ def test_a_moved_llmapi_repository_loads_its_checkpoint_where_it_is_now(make_spe
 
     spec = make_spec("none", name="api", kind="trtllm-llmapi", serving="streaming = false")
     built = workdir / "model_repository" / "api"
-    write_files(built, render_llmapi_repository(spec, built))
+    write_files(built, render_llmapi_repository(spec, llm_args(spec), built))
     version = built / "tensorrt_llm" / "1"
     (version / "model.py").write_text(STAND_IN)                    # what install-upstream copies in
     (version / "helpers.py").write_text('OUTPUT = "text_output"\n')

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from tests.support import DEMO
 from tests.trtllm.conftest import FAKE
-from trtspec.builders.trtllm.plan import make_plan
+from trtspec.backends.trtllm_engine_methods import engine_method
+from trtspec.builders.trtllm import plan as trtllm_plan
 from trtspec.cli import main
 from trtspec.errors import BuildError
 
@@ -29,6 +30,11 @@ EXPECTED = {
     ("lookahead", "target"): COMMON + ["--speculative_decoding_mode", "lookahead_decoding", "--max_draft_len", "15"],
     ("none", "target"): COMMON,
 }
+
+
+def make_plan(spec, **kw):
+    """The plan for the spec and its method's row, as the trtllm-engine backend composes them."""
+    return trtllm_plan.make_plan(spec, engine_method(spec), **kw)
 
 
 def _flags_after_paths(step) -> list[str]:

@@ -11,15 +11,15 @@ import pytest
 import yaml
 
 from trtspec.backends import launch_command, launch_script_command
-from trtspec.builders import build
-from trtspec.builders.trtllm.memory import memory_plan
+from trtspec.backends import build
+from trtspec.backends.trtllm_engine_methods import engine_method
+from trtspec.builders.trtllm import memory
 from trtspec.convert import params
 from trtspec.errors import RepositoryError
 from trtspec.repository import pbtxt
 from trtspec.repository.trtllm import (OMITTED_PARAMETERS, install_upstream_files, missing_files, relocate_repository,
                                        render_engine_repository, render_llmapi_repository)
-from trtspec.methods.ngram import ngram_config
-from trtspec.repository.trtllm.llmapi import speculative_config
+from trtspec.backends.trtllm_llmapi_methods import llm_args, ngram_config, speculative_config
 
 # Every ${...} key of the upstream tensorrt_llm/config.pbtxt template (reference §3.3), with the
 # parameter key it fills (some template variables fill differently named keys).
@@ -62,9 +62,13 @@ def cpp_csv_vec_vec_int(s: str) -> list[list[int]]:
     return out
 
 
+def memory_plan(spec):
+    return memory.memory_plan(spec, engine_method(spec))
+
+
 def _render(spec, workdir):
     engines = {"target": str(workdir / "e" / "target"), "draft": str(workdir / "e" / "draft")}
-    return render_engine_repository(spec, engine_dirs=engines, memory=memory_plan(spec))
+    return render_engine_repository(spec, engine_method(spec), engine_dirs=engines, memory=memory_plan(spec))
 
 
 def _configs(files: dict[str, str], tmp: Path) -> dict[str, object]:
@@ -250,7 +254,7 @@ def test_upstream_files_and_relocation(make_spec, build_opts, workdir, record, t
 
 def test_llmapi_repository(make_spec, workdir, tmp_path, build_opts):
     spec = make_spec("draft-model", name="api", kind="trtllm-llmapi")
-    files = render_llmapi_repository(spec)
+    files = render_llmapi_repository(spec, llm_args(spec))
     assert not [r for r, t in files.items() if "${" in t]
     cfg = _configs(files, tmp_path)["tensorrt_llm"]
     assert cfg.backend == "python" and cfg.max_batch_size == 0  # max_batch_size/decoupled: model.yaml and config
@@ -272,7 +276,7 @@ def test_llmapi_repository(make_spec, workdir, tmp_path, build_opts):
 def test_llmapi_eagle_needs_an_eagle3_head(make_spec, workdir):
     spec = make_spec("eagle", name="api-eagle", kind="trtllm-llmapi")
     with pytest.raises(RepositoryError, match="EAGLE-1/2 head"):
-        render_llmapi_repository(spec)
+        render_llmapi_repository(spec, llm_args(spec))
     cfg = json.loads((workdir / "eagle" / "config.json").read_text())
     cfg["architectures"] = ["LlamaForCausalLMEagle3"]
     (workdir / "eagle" / "config.json").write_text(json.dumps(cfg))

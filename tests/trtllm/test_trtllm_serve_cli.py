@@ -39,7 +39,7 @@ def test_print_command_binds_elsewhere_or_opens_model_control_only_when_asked(ma
 
 
 def test_serving_outside_the_container_is_one_clear_error(make_spec, workdir, build_opts, record):
-    from trtspec.builders import build
+    from trtspec.backends import build
 
     build(make_spec("lookahead", name="la"), build_opts())
     result = CliRunner().invoke(main, ["serve", "-c", str(workdir / "la.toml"),

@@ -132,23 +132,24 @@ def test_float32_is_refused_with_the_fix(make_spec, kind):
 
 def test_runtime_trtllm_dtype_is_what_tensorrt_llm_builds_and_serves(make_spec, workdir):
     """A spec keeps float32 for the torch runtime and says float16 for TensorRT-LLM (the demo specs do)."""
+    from trtspec.backends.trtllm_engine_methods import engine_method
     from trtspec.builders.trtllm.plan import make_plan
-    from trtspec.convert import jobs_for_spec
+    from trtspec.backends.trtllm_llmapi_methods import llm_args
     from trtspec.repository.trtllm.llmapi import model_yaml
 
     spec = make_spec("draft-model", dtype="float32", trtllm='dtype = "bfloat16"\n')
-    flags = make_plan(spec, engines_root=workdir / "engines").steps[0].flags
+    flags = make_plan(spec, engine_method(spec), engines_root=workdir / "engines").steps[0].flags
     assert flags[flags.index("--gemm_plugin") + 1] == "bfloat16"
-    assert {j.dtype for j in jobs_for_spec(spec, workdir / "ckpt")} == {"bfloat16"}
+    assert {j.dtype for j in engine_method(spec).conversions(spec, workdir / "ckpt")} == {"bfloat16"}
     api = make_spec("draft-model", name="api", kind="trtllm-llmapi", dtype="float32", trtllm='dtype = "float16"\n')
-    assert model_yaml(api)["dtype"] == "float16"
+    assert model_yaml(api, llm_args(api))["dtype"] == "float16"
 
 
 @pytest.mark.parametrize("method", ["draft-model", "medusa", "eagle", "lookahead"])
 def test_the_demo_specs_are_valid_for_both_tensorrt_llm_runtimes(method):
     from trtspec.cli.options import with_runtime
     from trtspec.errors import SpecError
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     spec = load_spec(DEMO / f"{method}.toml")
     assert spec.model.dtype == "float32"  # the torch runtime's demo stays exact
@@ -187,7 +188,7 @@ def test_llmapi_repository_holds_no_path_of_the_build_machine(make_spec, workdir
 
     import yaml
 
-    from trtspec.builders import build
+    from trtspec.backends import build
     from trtspec.repository import pbtxt
 
     spec = make_spec("draft-model", name="api", kind="trtllm-llmapi")
@@ -279,7 +280,8 @@ def test_speculative_config_is_spelled_as_tensorrt_llm_1_2_parses_it(make_spec, 
     import yaml
 
     from trtspec.backends import trtllm_versions as v
-    from trtspec.repository.trtllm.llmapi import render_llmapi_repository, speculative_config
+    from trtspec.backends.trtllm_llmapi_methods import llm_args, speculative_config
+    from trtspec.repository.trtllm.llmapi import render_llmapi_repository
 
     assert {v.series(version) for version in v.known_versions()} <= set(v.LLMAPI_SPELLINGS)
     dm = make_spec("draft-model", name="dm", kind="trtllm-llmapi")
@@ -290,7 +292,7 @@ def test_speculative_config_is_spelled_as_tensorrt_llm_1_2_parses_it(make_spec, 
     assert (ea["decoding_type"], ea["eagle3_one_model"], ea["speculative_model_dir"]) == (
         "Eagle", True, str((workdir / "eagle").resolve()))
     for spec in (dm, make_spec("eagle", name="ea2", kind="trtllm-llmapi")):
-        text = render_llmapi_repository(spec)["tensorrt_llm/1/model.yaml"]
+        text = render_llmapi_repository(spec, llm_args(spec))["tensorrt_llm/1/model.yaml"]
         sc = yaml.safe_load(text)["speculative_config"]
         assert sc["decoding_type"] in ("DraftTarget", "Eagle") and "speculative_model" not in sc
 
@@ -315,10 +317,12 @@ def render_engine_repository_for(spec):
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc
 
+    from trtspec.backends.trtllm_engine_methods import engine_method
     from trtspec.builders.trtllm.memory import memory_plan
     from trtspec.repository.trtllm import render_engine_repository
 
-    files = render_engine_repository(spec, engine_dirs={"target": "/e/target"}, memory=memory_plan(spec))
+    method = engine_method(spec)
+    files = render_engine_repository(spec, method, engine_dirs={"target": "/e/target"}, memory=memory_plan(spec, method))
     manifest = json.loads(files["trtspec.repo.json"])
     assert "template_drift" in manifest
     return {m: text_format.Parse(files[f"{m}/config.pbtxt"], mc.ModelConfig()) for m in ("preprocessing", "tensorrt_llm")}

@@ -26,7 +26,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtspec.artifacts.fs import read_json_object
+from trtspec.artifacts.fs import read_json, read_json_object
 from trtspec.errors import ModelError, TrtspecError
 
 if TYPE_CHECKING:
@@ -240,8 +240,6 @@ class ModelConfig:
 def generation_eos_ids(path: str | Path) -> tuple[int, ...]:
     """The eos_token_id(s) of a checkpoint's generation_config.json (what `generate` stops at); () when it
     has none or the file is missing or unreadable (it only adds stop tokens to config.json's)."""
-    from trtspec.artifacts.fs import read_json
-
     eos = (read_json(Path(path) / GENERATION_CONFIG) or {}).get("eos_token_id")
     values = eos if isinstance(eos, list) else [eos]
     return tuple(int(e) for e in values if isinstance(e, int) and not isinstance(e, bool) and e >= 0)

@@ -4,6 +4,9 @@ checkpoint's config.json describe its own weights (vocab, hidden size, layers, h
 Reads only config files (through ModelConfig and the head readers), `tokenizer.json` and the safetensors
 *headers* (tensor names and shapes, never the tensors), so it is fast: a config that disagrees with its
 weights is reported here instead of failing, or silently misbehaving, when the server loads the model.
+
+The drafter's side is its method's (`Drafter`: trtspec/methods/base.py's pair rules), which the caller passes in
+(trtspec.methods.check_pair composes the two for the spec's method).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from trtspec.artifacts import heads as layouts
 from trtspec.artifacts import tokenizer
@@ -22,6 +25,16 @@ from trtspec.errors import ModelError
 from trtspec.spec import Problem, Spec
 
 SUPPORTED_ARCHITECTURES = tuple(DECODER_ARCHITECTURES.values())
+
+
+class Drafter(Protocol):
+    """What the pair check asks of the spec's method (trtspec.methods.Method's pair rules)."""
+
+    def drafter(self, spec: Spec) -> dict[str, Any] | None: ...
+
+    def pair_problems(self, spec: Spec, target: ModelConfig) -> list[Problem]: ...
+
+    def weight_problems(self, spec: Spec, target: ModelConfig) -> list[Problem]: ...
 _LAYER = re.compile(r"^(?:model\.)?layers\.(\d+)\.")
 
 
@@ -143,10 +156,8 @@ class PairReport:
         return {"target": self.target, "drafter": self.drafter, "problems": [str(p) for p in self.problems]}
 
 
-def check_pair(spec: Spec) -> PairReport:
-    """Every problem between the spec's target and its drafter (empty list: they fit)."""
-    from trtspec import methods
-
+def check_pair(spec: Spec, method: Drafter) -> PairReport:
+    """Every problem between the spec's target and its drafter, `method` the spec's (empty list: they fit)."""
     problems: list[Problem] = []
     target = Path(spec.model.target)
     raw = read_json_object(target / CONFIG, "checkpoint")
@@ -167,22 +178,19 @@ def check_pair(spec: Spec) -> PairReport:
                                    f"max_input_len + max_output_len + num_draft_tokens = {need} exceeds the target's "
                                    f"max_position_embeddings ({tgt.max_position_embeddings})",
                                    "lower limits.max_input_len / limits.max_output_len"))
-    method = methods.get(spec.method)
     drafter = method.drafter(spec)
     problems += method.pair_problems(spec, tgt)  # the drafter vs the target: trtspec/methods/<name>.py
-    problems.extend(weight_problems(spec, tgt))
+    problems.extend(weight_problems(spec, method, tgt))
     return PairReport(target=summary(raw), drafter=drafter, problems=problems)
 
 
-def weight_problems(spec: Spec, tgt: ModelConfig | None = None) -> list[Problem]:
-    """config.json vs the weights (safetensors headers) of every checkpoint the spec serves: target, draft,
-    heads. Checkpoints that are not there are skipped (check_paths reports them; CI jobs may hold only
-    converted checkpoints)."""
-    from trtspec import methods
-
+def weight_problems(spec: Spec, method: Drafter, tgt: ModelConfig | None = None) -> list[Problem]:
+    """config.json vs the weights (safetensors headers) of every checkpoint the spec serves: target, and draft or
+    heads (`method`: the spec's). Checkpoints that are not there are skipped (check_paths reports them; CI jobs
+    may hold only converted checkpoints)."""
     target = Path(spec.model.target)
     if not (target / CONFIG).is_file():
         return []
     tgt = tgt or ModelConfig.from_dir(target)
     out = llama_weight_problems("model.target", target, tgt)
-    return out + methods.get(spec.method).weight_problems(spec, tgt)
+    return out + method.weight_problems(spec, tgt)

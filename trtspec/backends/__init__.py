@@ -3,13 +3,13 @@ spec rules, build, repository, server and deploy support (trtspec/backends/base.
 compared here and nowhere else; adding a runtime is one module plus its entry in BACKENDS.
 
     get("torch").capabilities.deploy          -> True
-    for_spec(spec).build(spec, options)       (what trtspec.builders.build does)
+    build(spec, options)                      the spec's backend builds it (for_spec(spec).build)
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trtspec.backends.base import Backend, Capabilities
 from trtspec.backends.trtllm_versions import LlmapiSpelling, llmapi_spelling
@@ -19,7 +19,10 @@ from trtspec.backends.trtllm_llmapi import TrtllmLlmapiBackend
 from trtspec.errors import SpecError
 from trtspec.spec import Spec
 
-__all__ = ["Backend", "Capabilities", "LlmapiSpelling", "for_spec", "get", "kinds", "launch_command",
+if TYPE_CHECKING:
+    from trtspec.builders import BuildOptions, BuildResult
+
+__all__ = ["Backend", "Capabilities", "LlmapiSpelling", "build", "for_spec", "get", "kinds", "launch_command",
            "launch_script_command", "launch_world_size", "llmapi_spelling", "registered"]
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (TorchBackend(), TrtllmEngineBackend(), TrtllmLlmapiBackend())}
@@ -43,6 +46,11 @@ def get(kind: str) -> Backend:
 def for_spec(spec: Spec) -> Backend:
     """The backend of the spec's runtime.kind."""
     return get(spec.runtime.kind)
+
+
+def build(spec: Spec, options: BuildOptions) -> BuildResult:
+    """Validate the spec's models and build what its runtime needs (its backend's builder)."""
+    return for_spec(spec).build(spec, options)
 
 
 def launch_command(spec: Spec, repo_dir: str | Path, **kwargs: Any) -> list[str]:

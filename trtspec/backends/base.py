@@ -1,10 +1,13 @@
 """The Backend interface: one object per runtime (`runtime.kind`), with everything trtspec does differently
-for it. Nothing outside trtspec/backends/ compares runtime kinds: callers ask the registry
-(`backends.for_spec(spec)`, `backends.get(kind)`) and call these hooks.
+for it. Nothing outside trtspec/backends/ compares runtime kinds: the composition points (trtspec.check, the
+CLI) ask the registry (`backends.for_spec(spec)`, `backends.get(kind)`) and call these hooks. A backend is
+itself a composition point: its hooks look the spec's method up (in trtspec.methods and in the runtime's own
+method table, trtllm_engine_methods.py / trtllm_llmapi_methods.py) and pass what the builders, repositories
+and servers below need as arguments.
 
     capabilities  devices, GPU or not, how many devices (TP x PP), dtypes, `trtspec deploy`
-    problems      problems(spec): what the runtime cannot run, the spec alone (spec validation asks);
-                  per-method refusals come from the methods registry (engine_problems, llmapi_problems)
+    problems      problems(spec): what the runtime cannot run, the spec alone (trtspec.check asks);
+                  method_problems(spec): what it takes of the spec's method (its method table's refusals)
     check         check(spec, report, ...): what `trtspec check` adds (memory plan, built engines)
     build         build(spec, options): engines/<name>/ + model_repository/<name>/ (trtspec/builders/)
     repository    emit_repository(spec, repo_dir, engine_dir): the Triton repository for built engines
@@ -12,8 +15,8 @@ for it. Nothing outside trtspec/backends/ compares runtime kinds: callers ask th
                   container's server (launch_shell / bundles / CI render it)
     deploy        deploy(spec, url, server_repo, ...): onto a running server, where the runtime can
 
-A backend module imports builders, repositories and servers inside its hooks only: the registry is read by
-spec validation, which must stay light (no torch, no tritonclient).
+A backend module imports builders, repositories, servers and its method table inside its hooks only: the
+registry is read at CLI start-up and by spec validation, which must stay light (no torch, no tritonclient).
 """
 
 from __future__ import annotations

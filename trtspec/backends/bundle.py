@@ -26,7 +26,9 @@ from typing import Any
 
 import yaml
 
+from trtspec import methods
 from trtspec.backends import for_spec
+from trtspec.backends.trtllm_versions import llmapi_spelling
 from trtspec.errors import RepositoryError
 from trtspec.names import inside
 from trtspec.repository.trtllm.common import read_manifest
@@ -67,12 +69,9 @@ def checkpoint_payload(spec: Spec, out: Path, manifest: dict[str, Any], repo_dst
     data = yaml.safe_load(text)
     dirs = {"target": Path(spec.model.target)}  # this machine's paths, from the spec
     sc = data.get("speculative_config") or {}
-    from trtspec.backends.trtllm_versions import llmapi_spelling
 
     key = llmapi_spelling(spec.runtime.trtllm.version).model_key()  # speculative_model_dir for 1.x
     if key in sc:
-        from trtspec import methods
-
         dirs["speculative"] = next(iter(methods.get(spec.method).checkpoints(spec).values()))
     for role, src in dirs.items():
         shutil.copytree(src, out / "checkpoints" / name / role)

@@ -20,9 +20,10 @@ class TorchBackend(Backend):
                        "set tensor_parallel = pipeline_parallel = 1, or use a trtllm runtime")
 
     def build(self, spec, options):
+        from trtspec import methods
         from trtspec.builders import torch_build
 
-        return torch_build.build(spec, options, runtime=self.name)
+        return torch_build.build(spec, options, runtime=self.name, method=methods.get(spec.method))
 
     def emit_repository(self, spec: Spec, repo_dir: Path, engine_dir: Path) -> Path:
         from trtspec.artifacts.fs import atomic_dir

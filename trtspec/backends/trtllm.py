@@ -12,8 +12,8 @@ from trtspec.backends.base import Backend, Capabilities
 from trtspec.errors import PairError
 from trtspec.spec import Problem, Spec
 
-# TensorRT-LLM's speculative-decoding support matrices (examples/eagle, examples/lookahead READMEs; draft-target
-# and Medusa per the reference §1.4/§2.3) list FP16, BF16 (and FP8), never FP32.
+# TensorRT-LLM's speculative-decoding support matrices (NVIDIA/TensorRT-LLM examples/eagle, examples/lookahead and
+# examples/medusa READMEs, "Support Matrix") list FP16, BF16 (and FP8), never FP32.
 DTYPES = ("float16", "bfloat16")
 
 
@@ -48,9 +48,10 @@ class TrtllmBackend(Backend):
         if (note := versions.image_note(spec.runtime.trtllm.version, spec.runtime.trtllm.image)) is not None:
             report.notes.append(note)
         if models and report.pair is not None:
+            from trtspec.backends.trtllm_engine_methods import engine_method
             from trtspec.builders.trtllm.memory import memory_plan
 
-            plan = memory_plan(spec)
+            plan = memory_plan(spec, engine_method(spec))  # (the LLM API sizes its models as the engines would)
             if plan.ok:
                 report.memory_plan = "\n".join(plan.lines())
             report.add(PairError, [f"memory plan: {p}" for p in plan.problems])

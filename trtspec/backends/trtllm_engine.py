@@ -3,7 +3,11 @@
 (repository/trtllm/engine.py), served by the TRT-LLM container's tritonserver under mpirun.
 
 Legacy: TensorRT-LLM main has no engines, trtllm-build or C++ Triton backend any more, so this runtime is pinned
-to the TensorRT-LLM 1.2 containers (trtllm_versions.ENGINE_SERIES) and `trtspec check` says so."""
+to the TensorRT-LLM 1.2 containers (trtllm_versions.ENGINE_SERIES) and `trtspec check` says so.
+
+How it builds and serves each method is its method table (trtllm_engine_methods.py): every hook here looks the
+spec's row up (`engine_method`) and passes it down to the plan, the converter, the memory plan, the repository
+and the launch command."""
 
 from __future__ import annotations
 
@@ -31,9 +35,9 @@ class TrtllmEngineBackend(TrtllmBackend):
         return p
 
     def method_problems(self, spec: Spec) -> list[Problem]:
-        from trtspec import methods
+        from trtspec.backends.trtllm_engine_methods import engine_method
 
-        return methods.get(spec.method).engine_problems(spec)
+        return engine_method(spec).engine_problems(spec)
 
     def check(self, spec: Spec, report: Any, *, models: bool, engines: Path | None,
               server_version: str | None) -> None:
@@ -50,18 +54,23 @@ class TrtllmEngineBackend(TrtllmBackend):
             report.add(BuildError, [f"engines: {p}" for p in check_engine_compat(engine_dir, version)])
 
     def build(self, spec, options):
+        from trtspec import methods
+        from trtspec.backends.trtllm_engine_methods import engine_method
         from trtspec.builders import trtllm_build
 
-        return trtllm_build.build(spec, options, runtime=self.name)
+        return trtllm_build.build(spec, options, runtime=self.name, method=engine_method(spec),
+                                  drafter=methods.get(spec.method))
 
     def emit_repository(self, spec: Spec, repo_dir: Path, engine_dir: Path) -> Path:
+        from trtspec.backends.trtllm_engine_methods import engine_method
         from trtspec.builders.trtllm.memory import memory_plan
         from trtspec.builders.trtllm.plan import make_plan
         from trtspec.repository.trtllm.engine import render_engine_repository
 
-        plan = make_plan(spec, engines_root=Path(engine_dir).parent)
-        files = render_engine_repository(spec, engine_dirs={s.role: s.output_dir for s in plan.steps},
-                                         memory=memory_plan(spec))
+        method = engine_method(spec)
+        plan = make_plan(spec, method, engines_root=Path(engine_dir).parent)
+        files = render_engine_repository(spec, method, engine_dirs={s.role: s.output_dir for s in plan.steps},
+                                         memory=memory_plan(spec, method))
         return self.emit_files(spec, files, repo_dir)
 
     def bundle_payload(self, spec, out, manifest, repo_dst, img, engines_root):
@@ -70,16 +79,19 @@ class TrtllmEngineBackend(TrtllmBackend):
         return engine_payload(spec, out, manifest, repo_dst, img, engines_root)
 
     def launch_command(self, spec: Spec, repo_dir: str | Path, **kwargs: Any) -> list[str]:
+        from trtspec.backends.trtllm_engine_methods import engine_method
         from trtspec.repository.trtllm.launch import mpirun_command
 
-        return mpirun_command(spec, repo_dir, **kwargs)
+        return mpirun_command(spec, engine_method(spec), repo_dir, **kwargs)
 
     def launch_world_size(self, spec: Spec) -> int:
+        from trtspec.backends.trtllm_engine_methods import engine_method
         from trtspec.repository.trtllm.launch import mpirun_world_size
 
-        return mpirun_world_size(spec)
+        return mpirun_world_size(spec, engine_method(spec))
 
     def launch_script_command(self, spec: Spec, repo_dir: str | Path) -> list[str]:
+        from trtspec.backends.trtllm_engine_methods import engine_method
         from trtspec.repository.trtllm.launch import launch_script_command
 
-        return launch_script_command(spec, repo_dir)
+        return launch_script_command(spec, engine_method(spec), repo_dir)

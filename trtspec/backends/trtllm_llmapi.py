@@ -1,7 +1,8 @@
 """Runtime `trtllm-llmapi`: no engine build; a Triton `llmapi` model whose model.yaml carries the LLM API's
-speculative_config (builders/llmapi_build.py, repository/trtllm/llmapi.py), loading the HF checkpoints
-itself; served by the TRT-LLM container's tritonserver under `mpirun -n 1`, as upstream's launch_triton_server.py
-runs it (the LLM API spawns its TP x PP workers from that MPI world)."""
+speculative_config (builders/llmapi_build.py, repository/trtllm/llmapi.py; each method's comes from the runtime's
+method table, trtllm_llmapi_methods.py), loading the HF checkpoints itself; served by the TRT-LLM container's
+tritonserver under `mpirun -n 1`, as upstream's launch_triton_server.py runs it (the LLM API spawns its TP x PP
+workers from that MPI world)."""
 
 from __future__ import annotations
 
@@ -17,19 +18,23 @@ class TrtllmLlmapiBackend(TrtllmBackend):
     custom_versions = True  # no engines to deserialize: a newer TensorRT-LLM installed into a custom image
 
     def method_problems(self, spec: Spec) -> list[Problem]:
-        from trtspec import methods
+        from trtspec.backends.trtllm_llmapi_methods import llmapi_method
 
-        return methods.get(spec.method).llmapi_problems(spec)
+        return llmapi_method(spec).problems(spec)
 
     def build(self, spec, options):
+        from trtspec import methods
+        from trtspec.backends.trtllm_llmapi_methods import llm_args
         from trtspec.builders import llmapi_build
 
-        return llmapi_build.build(spec, options, runtime=self.name)
+        return llmapi_build.build(spec, options, runtime=self.name, method=methods.get(spec.method),
+                                  method_args=llm_args(spec))
 
     def emit_repository(self, spec: Spec, repo_dir: Path, engine_dir: Path) -> Path:
+        from trtspec.backends.trtllm_llmapi_methods import llm_args
         from trtspec.repository.trtllm.llmapi import render_llmapi_repository
 
-        return self.emit_files(spec, render_llmapi_repository(spec, Path(repo_dir)), repo_dir)
+        return self.emit_files(spec, render_llmapi_repository(spec, llm_args(spec), Path(repo_dir)), repo_dir)
 
     def bundle_payload(self, spec, out, manifest, repo_dst, img, engines_root):
         from trtspec.backends.bundle import checkpoint_payload

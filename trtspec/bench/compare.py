@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from trtspec import methods
+from trtspec.artifacts.tokenizer import chat_prompt_ids
 from trtspec.errors import GenerationError
 from trtspec.runtime.stats import acceptance_rate, tokens_per_step
 from trtspec.spec import Spec
@@ -84,10 +86,9 @@ Runner = Callable[[str, "int | None"], tuple[str, int, float, float | None, int,
 
 def local_runner(spec: Spec, max_tokens: int, chat: bool = False) -> Runner:
     """In-process requests; `chat`: each prompt is a user message rendered with the chat template."""
-    from trtspec.artifacts.tokenizer import chat_prompt_ids
-    from trtspec.runtime import SamplingParams, SpecEngine
+    from trtspec.runtime import SamplingParams
 
-    engine = SpecEngine.from_spec(spec)
+    engine = methods.engine(spec)
 
     def run(prompt: str, k: int | None):
         ids = chat_prompt_ids(engine.tokenizer, prompt) if chat else prompt

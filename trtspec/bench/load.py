@@ -367,10 +367,10 @@ def measure(spec, prompts: Sequence[str], concurrencies: Sequence[int], ks: Sequ
     """The grid for `spec`: in-process (url None; `engine`: an already loaded SpecEngine, else one from the
     spec, closed after) or against the server at `url` (gRPC; `model`: its ensemble, by default the spec's)."""
     if url is None:
-        from trtspec.runtime import SpecEngine
+        from trtspec import methods
 
         own = engine is None
-        engine = engine or SpecEngine.from_spec(spec)
+        engine = engine or methods.engine(spec)
         try:
             return run_grid(local_send(engine, max_tokens, chat), prompts, concurrencies, ks, name=spec.name,
                             method=spec.method, where="in-process", max_tokens=max_tokens,

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from trtspec.bench.load import Grid
 from trtspec.errors import SpecError
-from trtspec.spec import Spec, spec_from_dict
+from trtspec.check import spec_from_dict
+from trtspec.spec import Spec
 
 
 def check_tunable(spec: Spec) -> None:

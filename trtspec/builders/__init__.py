@@ -1,8 +1,9 @@
 """`trtspec build`: one builder module per runtime, behind one interface.
 
-`build(spec, options)` asks the spec's backend (the trtspec.backends registry), which runs its builder: a
-function `build(spec, options, runtime=<its name>) -> BuildResult` (torch_build, trtllm_build,
-llmapi_build). A builder writes `engines/<name>/` (with `trtspec.lock.json`, naming the runtime) and
+`trtspec.backends.build(spec, options)` asks the spec's backend, which runs its builder: a function
+`build(spec, options, runtime=<its name>, ...) -> BuildResult` (torch_build, trtllm_build, llmapi_build) to which
+it passes what the builder needs of the spec's method (the method, its row of the runtime's method table, its
+LLM(...) arguments). A builder writes `engines/<name>/` (with `trtspec.lock.json`, naming the runtime) and
 `model_repository/<name>/` atomically (see trtspec.builders.lock.atomic_dir): a failed build leaves
 previous outputs untouched.
 """
@@ -11,11 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from trtspec.spec import Spec
-
+from typing import Any
 
 @dataclasses.dataclass(frozen=True)
 class BuildOptions:
@@ -42,10 +39,3 @@ class BuildResult:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def build(spec: Spec, options: BuildOptions) -> BuildResult:
-    """Validate the spec's models and build what its runtime needs (its backend's builder)."""
-    from trtspec import backends
-
-    return backends.for_spec(spec).build(spec, options)

@@ -9,39 +9,41 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from trtspec.artifacts.fs import file_digests, list_files
 from trtspec.builders import BuildOptions, BuildResult
 from trtspec.builders.lock import LOCK_NAME, digest, new_lock, read_lock, write_json
 from trtspec.builders.trtllm_build import check_weights, emit_repository, repository_changes
 from trtspec.errors import BuildError
+from trtspec.methods.base import Method
 from trtspec.names import child
 from trtspec.repository.trtllm.llmapi import MODEL, render_llmapi_repository
 from trtspec.spec import Spec
 
 
-def _sources(spec: Spec) -> list[Path]:
+def _sources(spec: Spec, method: Method) -> list[Path]:
     """The files of the checkpoints the LLM API loads: the target and its method's own."""
-    from trtspec import methods
-
-    dirs = [Path(spec.model.target), *methods.get(spec.method).checkpoints(spec).values()]
+    dirs = [Path(spec.model.target), *method.checkpoints(spec).values()]
     return [f for d in dirs if d.is_dir() for f in list_files(d, hidden=False)]
 
 
-def build(spec: Spec, options: BuildOptions, *, runtime: str) -> BuildResult:
-    """Render, write the repository if it changed, record the checkpoints (`runtime`: the backend's name)."""
+def build(spec: Spec, options: BuildOptions, *, runtime: str, method: Method, method_args: dict[str, Any]
+          ) -> BuildResult:
+    """Render, write the repository if it changed, record the checkpoints (`runtime`: the backend's name;
+    `method`: the spec's; `method_args`: its LLM(...) arguments, from the runtime's method table)."""
     t0 = time.perf_counter()
     repo_dir = child(Path(options.out_repo), spec.name, "model.name", BuildError)
-    files = render_llmapi_repository(spec, repo_dir)  # checkpoint paths relative to the repository
+    files = render_llmapi_repository(spec, method_args, repo_dir)  # checkpoint paths relative to the repository
     yaml_text = files[f"{MODEL}/1/model.yaml"]
     step = {"role": "model.yaml", "argv": [], "shell": yaml_text.rstrip("\n")}
     if options.dry_run:
         return BuildResult(runtime, {}, str(repo_dir), None, [], [], [step], time.perf_counter() - t0, True)
     root = child(Path(options.out_engines), spec.name, "model.name", BuildError)
-    check_weights(spec)  # the LLM API loads these checkpoints as they are
+    check_weights(spec, method)  # the LLM API loads these checkpoints as they are
     lock = read_lock(root) or {}
     prev = lock.get("inputs") if lock.get("runtime") == runtime else None
-    sources = file_digests(_sources(spec), previous=prev, use_cache=not options.force)
+    sources = file_digests(_sources(spec, method), previous=prev, use_cache=not options.force)
     repo_digest = digest(files)
     changes = repository_changes(repo_dir, files, (lock.get("repository") or {}).get("digest"))
     changed = options.force or bool(changes)

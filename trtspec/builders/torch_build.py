@@ -22,37 +22,36 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trtspec.builders import BuildOptions, BuildResult
+from trtspec.artifacts.pair import check_pair
 from trtspec.artifacts.weights import load_file
+from trtspec.builders import BuildOptions, BuildResult
 from trtspec.builders.lock import (LOCK_FORMAT, LOCK_NAME, atomic_dir, digest, hash_tree, new_lock, read_lock,
                                    sha256_file, tool_versions, tree_changes, write_json)
 from trtspec.errors import BuildError, PairError, SpecError
+from trtspec.methods.base import Method
 from trtspec.names import child
+from trtspec.repository import torch_repo
 from trtspec.repository.serving import ENGINE_SPEC
 from trtspec.repository.torch_repo import MODEL_SOURCES, ModelNames, emit_torch_repository, model_source
-from trtspec.spec import Spec, check_paths
+from trtspec.spec import Spec, check_paths, drafter_role
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json")
 COPY_SUFFIXES = (".json", ".txt", ".model", ".jinja", ".py")
 
 
-def roles(spec: Spec) -> dict[str, Path]:
+def roles(spec: Spec, method: Method) -> dict[str, Path]:
     """role -> input checkpoint dir of everything the deployment serves: the target and its method's own."""
-    from trtspec import methods
-
-    return {"target": Path(spec.model.target)} | methods.get(spec.method).checkpoints(spec)
+    return {"target": Path(spec.model.target)} | method.checkpoints(spec)
 
 
-def validate(spec: Spec) -> None:
+def validate(spec: Spec, method: Method) -> None:
     """The checks of `trtspec check`: paths exist, checkpoints and the pair fit together."""
     problems = check_paths(spec)
     if problems:
         raise SpecError(str(problems[0]), hint="fix the paths in the spec, then re-run `trtspec build`",
                         problems=[str(p) for p in problems])
-    from trtspec.artifacts.pair import check_pair
-
-    report = check_pair(spec)
+    report = check_pair(spec, method)
     if report.problems:
         first = report.problems[0]
         more = f" (and {len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
@@ -66,8 +65,6 @@ def engine_spec_dict(spec: Spec, role_dirs: dict[str, Path]) -> dict[str, Any]:
     data["model"].pop("tokenizer", None)
     data["speculative"]["draft"] = "draft" if "draft" in role_dirs else None
     data["speculative"]["heads"] = "heads" if "heads" in role_dirs else None
-    from trtspec.spec import drafter_role
-
     for d in data["speculative"].get("drafters") or ():  # a routed spec: each drafter's weights in its role dir
         for key in ("draft", "heads"):
             d[key] = drafter_role(d["name"], key) if drafter_role(d["name"], key) in role_dirs else None
@@ -93,8 +90,6 @@ def lock_key(spec: Spec, inputs: dict[str, dict[str, str]], options: BuildOption
 
 def _builder_digest() -> str:
     """This builder's and the emitter's code: a change to either re-emits the outputs."""
-    from trtspec.repository import torch_repo
-
     return digest([Path(m.__file__).read_text(encoding="utf-8") for m in (sys.modules[__name__], torch_repo)])
 
 
@@ -175,12 +170,12 @@ def rebuild_reason(lock: dict[str, Any] | None, key: str, options: BuildOptions,
     return None
 
 
-def build(spec: Spec, options: BuildOptions, *, runtime: str) -> BuildResult:
+def build(spec: Spec, options: BuildOptions, *, runtime: str, method: Method) -> BuildResult:
     """Validate, write engines/<name>/ and model_repository/<name>/ atomically, or skip if unchanged
-    (`runtime`: the backend's name, recorded in the lock)."""
+    (`runtime`: the backend's name, recorded in the lock; `method`: the spec's)."""
     start = time.perf_counter()
-    validate(spec)
-    role_dirs = roles(spec)
+    validate(spec, method)
+    role_dirs = roles(spec, method)
     engine_dir = child(Path(options.out_engines), spec.name, "model.name", BuildError)
     repo_dir = child(Path(options.out_repo), spec.name, "model.name", BuildError)
     names = ModelNames.for_spec(spec)

@@ -20,14 +20,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts.pair import Drafter, weight_problems
 from trtspec.builders import BuildOptions, BuildResult
 from trtspec.builders.lock import (LOCK_NAME, atomic_dir, digest, new_lock, read_lock, remove_stale, swap_in,
                                    temp_dir, write_json)
 from trtspec.builders.trtllm.cache import checkpoint_digests, engine_digests, engine_intact, engine_key, now
 from trtspec.builders.trtllm.memory import memory_plan
+from trtspec.builders.trtllm.method import EngineMethod
 from trtspec.builders.trtllm.plan import BuildPlan, BuildStep, make_plan, tp_pp
 from trtspec.builders.trtllm.runner import run_command
-from trtspec.convert import jobs_for_spec, run_job
+from trtspec.convert import run_job
 from trtspec.errors import BuildError, ConvertError, PairError
 from trtspec.names import child, inside
 from trtspec.repository.trtllm import render_engine_repository, write_files
@@ -42,10 +44,10 @@ def _say(options: BuildOptions, msg: str) -> None:
         Console(stderr=True).print(msg, markup=False, highlight=False, soft_wrap=True)
 
 
-def ensure_checkpoints(spec: Spec, root: Path, options: BuildOptions) -> list[str]:
+def ensure_checkpoints(spec: Spec, method: EngineMethod, root: Path, options: BuildOptions) -> list[str]:
     """Convert what is missing or stale; returns the roles converted this time."""
     converted = []
-    for job in jobs_for_spec(spec, root / "checkpoints"):
+    for job in method.conversions(spec, root / "checkpoints"):
         sources_here = Path(job.model_dir).is_dir() and (job.heads_dir is None or Path(job.heads_dir).is_dir())
         if not sources_here and (job.out_dir / "config.json").is_file():
             # e.g. a GPU CI job that received the converted checkpoints as an artifact
@@ -60,12 +62,10 @@ def ensure_checkpoints(spec: Spec, root: Path, options: BuildOptions) -> list[st
     return converted
 
 
-def check_weights(spec: Spec) -> None:
+def check_weights(spec: Spec, method: Drafter) -> None:
     """Refuse configs that disagree with their weights (vocab, layers, heads) before converting: the
     converter would fail on some (a missing layer) and silently drop others (a layer too many)."""
-    from trtspec.artifacts.pair import weight_problems
-
-    problems = weight_problems(spec)
+    problems = weight_problems(spec, method)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise PairError(f"{problems[0]}{more}", hint="`trtspec check` lists every problem")
@@ -129,20 +129,23 @@ def _lock_data(spec: Spec, plan: BuildPlan, engines: dict[str, Any], repo: dict[
                     engines=engines, repository=repo, spec=spec.to_dict())
 
 
-def build(spec: Spec, options: BuildOptions, *, runtime: str) -> BuildResult:
+def build(spec: Spec, options: BuildOptions, *, runtime: str, method: EngineMethod, drafter: Drafter
+          ) -> BuildResult:
     """Plan, convert, build the changed engines, emit the repository (`runtime`: the backend's name, in the
-    lock: a lock of another runtime's build is not this build's cache)."""
+    lock: a lock of another runtime's build is not this build's cache; `method`: the spec's method's row of its
+    method table, trtspec/backends/trtllm_engine_methods.py; `drafter`: the spec's method, whose weights are
+    checked)."""
     t0 = time.perf_counter()
-    plan = make_plan(spec, engines_root=options.out_engines, trtllm_build=options.trtllm_build)
+    plan = make_plan(spec, method, engines_root=options.out_engines, trtllm_build=options.trtllm_build)
     root = inside(Path(options.out_engines), Path(plan.engines_dir), BuildError)
     repo_dir = child(Path(options.out_repo), spec.name, "model.name", BuildError)
     steps = [s.to_dict() for s in plan.steps]
     if options.dry_run:
         return BuildResult(runtime, {s.role: s.output_dir for s in plan.steps}, str(repo_dir), None, [], [],
                            steps, time.perf_counter() - t0, True)
-    check_weights(spec)
+    check_weights(spec, drafter)
     root.mkdir(parents=True, exist_ok=True)
-    ensure_checkpoints(spec, root, options)
+    ensure_checkpoints(spec, method, root, options)
 
     lock = read_lock(root) or {}
     previous = lock.get("engines", {}) if lock.get("runtime") == runtime else {}
@@ -199,8 +202,9 @@ def build(spec: Spec, options: BuildOptions, *, runtime: str) -> BuildResult:
         swap_in(stage, final)
         records[role]["engine_files"] = engine_digests(final)
 
-    memory = memory_plan(spec)
-    files = render_engine_repository(spec, engine_dirs={s.role: s.output_dir for s in plan.steps}, memory=memory)
+    memory = memory_plan(spec, method)
+    files = render_engine_repository(spec, method, engine_dirs={s.role: s.output_dir for s in plan.steps},
+                                     memory=memory)
     repo_digest = digest(files)
     changes = repository_changes(repo_dir, files, (lock.get("repository") or {}).get("digest"))
     if options.force or changes:

@@ -63,7 +63,7 @@ def bench(configs, local, url, prompts_file, concurrency, ks, model, metrics_url
     from rich.progress import Progress
 
     from trtspec.bench import compare as cmp
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     console = Console(stderr=True)
     reports = []
@@ -157,7 +157,7 @@ def _grid(configs, local, url, prompts_file, concurrency, ks, model, metrics_url
     from rich.progress import Progress
 
     from trtspec.bench import load
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     try:
         concurrencies = load.parse_concurrencies(concurrency)

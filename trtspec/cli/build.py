@@ -31,8 +31,8 @@ def build(config, out_engines, out_repo, runtime, dry_run, force, trtllm_build, 
     otherwise it says why it rebuilds (e.g. `rebuilding: engines/<name>/target/model.safetensors changed`).
     """
     from trtspec.builders import BuildOptions
-    from trtspec.builders import build as run_build
-    from trtspec.spec import load_spec
+    from trtspec.backends import build as run_build
+    from trtspec.check import load_spec
 
     spec = with_runtime(load_spec(config), runtime)
     options = BuildOptions(out_engines=Path(out_engines), out_repo=Path(out_repo), dry_run=dry_run, force=force,

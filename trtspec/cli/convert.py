@@ -33,13 +33,15 @@ def convert(config, out_dir, out_engines, tp, pp, force, as_json) -> None:
     """
     from pathlib import Path
 
-    from trtspec.convert import convert as run_convert
-    from trtspec.spec import load_spec
+    from trtspec.backends.trtllm_engine_methods import engine_method
+    from trtspec.check import load_spec
+    from trtspec.convert import convert as run_convert, default_out_dir
 
     spec = load_spec(config)
     log = None if as_json else (lambda msg: click.echo(msg, err=True))
-    result = run_convert(spec, Path(out_dir) if out_dir else None, tp=tp, pp=pp, force=force,
-                         engines=Path(out_engines), log=log)
+    out = Path(out_dir) if out_dir else default_out_dir(spec, Path(out_engines))
+    jobs = engine_method(spec).conversions(spec, out, tp, pp)  # the runtime's jobs for the method (its table)
+    result = run_convert(jobs, out, force=force, log=log)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
         return

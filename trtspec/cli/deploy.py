@@ -62,7 +62,7 @@ def deploy(config, url, server_repo, grpc_url, out_repo, out_engines, smoke_prom
     """
     from trtspec import backends
     from trtspec.serve import admin_key_for
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     spec = load_spec(config)
     result = backends.for_spec(spec).deploy(

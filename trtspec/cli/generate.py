@@ -114,10 +114,11 @@ def _echo_after_prompt(prompt: str):
 
 def _local(config, text, max_tokens, temperature, top_k, top_p, seed, k, stop, on_text, messages=None,
            task=None) -> dict:
-    from trtspec.runtime import SamplingParams, SpecEngine
-    from trtspec.spec import load_spec
+    from trtspec import methods
+    from trtspec.runtime import SamplingParams
+    from trtspec.check import load_spec
 
-    engine = SpecEngine.from_spec(load_spec(config))
+    engine = methods.engine(load_spec(config))
     params = SamplingParams(max_new_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                             seed=seed, stop=tuple(stop), num_draft_tokens=k)
     if messages is None:
@@ -163,8 +164,11 @@ def _stream_local(engine, text, params, on_text, task=None) -> dict:
 
 def _remote(config, url, text, max_tokens, temperature, top_k, top_p, seed, k, stop, stream, timeout,
             on_text, grpc_options=None, messages=None, task=None) -> dict:
+    from trtspec.check import load_spec
     from trtspec.client import generate_remote, resolve_url
 
+    if not url:
+        load_spec(config)  # the spec's full validation, as every command gives it (resolve_url reads its shape)
     result = generate_remote(resolve_url(url, config), text, max_tokens=max_tokens, stream=stream,
                              temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, num_draft_tokens=k,
                              stop=list(stop), timeout=timeout, on_text=on_text, options=grpc_options,

@@ -19,7 +19,7 @@ def with_runtime(spec, runtime: str | None):
     """The spec with runtime.kind overridden (a GPU runtime implies device cuda, and an H100 if the spec says cpu)."""
     if not runtime or backends.for_spec(spec).name == runtime:
         return spec
-    from trtspec.spec import spec_from_dict
+    from trtspec.check import spec_from_dict
 
     data = spec.to_dict()
     data["runtime"]["kind"] = runtime

@@ -45,7 +45,7 @@ def bundle(config: str, out: Path, out_engines: Path, out_repo: Path, image_root
     """Assemble the docker build context of the serving image (ci/Dockerfile): engines or checkpoints,
     tokenizer, the repository re-pointed at them, launch.sh, bundle.json."""
     from trtspec.backends.bundle import bundle as make_bundle
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     path = make_bundle(load_spec(config), out, engines_root=out_engines, repo_root=out_repo, image_root=image_root)
     click.echo(f"bundle written to {path}")
@@ -78,13 +78,14 @@ def key(config: str, out_engines: Path) -> None:
     """Print `name=<name>` and `engine_key=<sha256 over every engine's key>` (dotenv / $GITHUB_OUTPUT lines)
     for a spec whose checkpoints are converted (`trtspec convert`; CPU only)."""
     from trtspec.artifacts.fs import digest
+    from trtspec.backends.trtllm_engine_methods import engine_method
     from trtspec.builders.trtllm.cache import spec_engine_keys
+    from trtspec.check import load_spec
     from trtspec.errors import BuildError
-    from trtspec.spec import load_spec
 
     spec = load_spec(config)
     try:
-        keys = spec_engine_keys(spec, out_engines)
+        keys = spec_engine_keys(spec, engine_method(spec), out_engines)
     except FileNotFoundError as exc:
         raise BuildError(str(exc), hint=f"trtspec convert -c {config}") from None
     click.echo(f"name={spec.name}")

@@ -38,7 +38,7 @@ def rollback(config, url, server_repo, grpc_url, out_engines, list_records, time
     """
     from trtspec.serve import admin_key_for
     from trtspec.serve.deploy import read_records, rollback_spec
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     spec = load_spec(config)
     if list_records:

@@ -77,9 +77,9 @@ def serve(config, grpc_port, http_port, metrics_port, host, admin_key, open_mode
     from trtspec import backends
     from trtspec.serve import ServeOptions
     from trtspec.serve.bundled import endpoint_lines, public
+    from trtspec.check import load_spec
     from trtspec.serve.access import GrpcTls, check_admin_key
     from trtspec.serve.endpoints import check_host
-    from trtspec.spec import load_spec
 
     spec = with_runtime(load_spec(config), runtime)
     if stop:

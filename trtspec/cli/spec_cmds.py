@@ -10,7 +10,6 @@ import click
 
 from trtspec.cli.options import config_option, json_option
 from trtspec.errors import SpecError
-from trtspec.spec import load_spec
 
 
 @click.command()
@@ -45,7 +44,7 @@ def check(config: str, as_json: bool, no_models: bool, engines: str, server_trtl
     For the TensorRT-LLM runtimes it also prints the GPU memory plan (weights + KV cache per
     model) and refuses engines built with a TensorRT-LLM version other than the server's.
     """
-    from trtspec.check import run_check
+    from trtspec.check import load_spec, run_check
 
     try:
         report = run_check(load_spec(config), models=not no_models, engines=Path(engines),

@@ -38,7 +38,7 @@ def status(config, url, metrics_url, admin_key, as_json) -> None:
     models: list[str] = []
     state = {}
     if config:
-        from trtspec.spec import load_spec
+        from trtspec.check import load_spec
         from trtspec.state import read_state, state_path
 
         spec = load_spec(config)

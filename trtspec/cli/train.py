@@ -120,7 +120,7 @@ def _run(kind: str, o: dict, **own) -> None:
 
     from trtspec.artifacts import manifest
     from trtspec.errors import UsageError
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
     from trtspec import methods
     from trtspec.train import drafters
 

@@ -47,7 +47,7 @@ def tune(config, local, url, model, prompts_file, concurrency, ks, num_prompts, 
 
     from trtspec.bench import load, tune as tuning
     from trtspec.cli.bench import _metrics_url, _prompts, _write_json, grid_table
-    from trtspec.spec import load_spec
+    from trtspec.check import load_spec
 
     console = Console(stderr=True)
     spec = load_spec(config)
@@ -79,7 +79,7 @@ def tune(config, local, url, model, prompts_file, concurrency, ks, num_prompts, 
     after_where = "the chosen fixed-K points"
     if local:
         if dry_run:
-            from trtspec.spec import spec_from_dict
+            from trtspec.check import spec_from_dict
 
             data = spec.to_dict()
             data["speculative"]["schedule"] = {str(b): k for b, k in schedule.items()}

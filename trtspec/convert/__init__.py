@@ -1,9 +1,11 @@
 """`trtspec convert`: native HF -> TensorRT-LLM checkpoint writer (pure torch + safetensors, CPU).
 
-    result = convert(spec, out_dir=None, tp=None, pp=None, force=False)
+    result = convert(jobs, out_dir, force=False)
 
-writes one checkpoint per role the spec's method needs (its module's `convert_jobs`, trtspec/methods/)
-into `<out_dir>/<role>/` (default `<engines>/<name>/checkpoints/<role>/`):
+writes each job's checkpoint, one per role the spec's method needs, into `<out_dir>/<role>/` (by default
+`<engines>/<name>/checkpoints/<role>/`). The jobs are the trtllm-engine runtime's for the spec (its method
+table's `conversions`, trtspec/backends/trtllm_engine_methods.py), which name the head layout of each
+(trtspec/convert/heads.py):
 
     method        target checkpoint                     draft checkpoint
     draft-model   LlamaForCausalLM                       LlamaForCausalLM (same TP, PP 1)
@@ -27,7 +29,6 @@ from typing import Any, Callable
 from trtspec.convert.checkpoint import (MANIFEST, ConvertedCheckpoint, ConvertJob, Reassembled,
                                         hf_config_from_trtllm, is_fresh, read_checkpoint, read_manifest, run_job)
 from trtspec.convert.hf import SUPPORTED_ARCHITECTURES, TRTLLM_ARCHITECTURES
-from trtspec.errors import ConvertError
 from trtspec.spec import Spec
 
 DEFAULT_ENGINES = Path("engines")
@@ -53,31 +54,14 @@ def default_out_dir(spec: Spec, engines: Path = DEFAULT_ENGINES) -> Path:
     return Path(engines) / spec.name / "checkpoints"
 
 
-def jobs_for_spec(spec: Spec, out_dir: Path | None = None, *, tp: int | None = None, pp: int | None = None,
-                  engines: Path = DEFAULT_ENGINES) -> list[ConvertJob]:
-    """The conversions a spec needs (reads only small config files): its method's (trtspec/methods/<name>.py),
-    after the method's engine rules (`pp` may be the CLI's)."""
-    from trtspec import methods
-
-    out = Path(out_dir) if out_dir is not None else default_out_dir(spec, engines)
-    tp = tp or spec.gpu.tensor_parallel
-    pp = pp or spec.gpu.pipeline_parallel
-    method = methods.get(spec.method)
-    methods.raise_first(method.engine_problems(spec, pp=pp), ConvertError)
-    return method.convert_jobs(spec, out, tp, pp)
-
-
-def convert(spec: Spec, out_dir: Path | None = None, *, tp: int | None = None, pp: int | None = None,
-            force: bool = False, engines: Path = DEFAULT_ENGINES,
+def convert(jobs: list[ConvertJob], out_dir: Path, *, force: bool = False,
             log: Callable[[str], None] | None = None) -> ConvertResult:
-    """Write (or confirm up to date) every checkpoint the spec needs. Atomic per checkpoint."""
+    """Write (or confirm up to date) every job's checkpoint (under `out_dir`). Atomic per checkpoint."""
     t0 = time.perf_counter()
-    jobs = jobs_for_spec(spec, out_dir, tp=tp, pp=pp, engines=engines)
     done = {job.role: run_job(job, force=force, log=log) for job in jobs}
-    out = Path(out_dir) if out_dir is not None else default_out_dir(spec, engines)
-    return ConvertResult(str(out), done, time.perf_counter() - t0)
+    return ConvertResult(str(out_dir), done, time.perf_counter() - t0)
 
 
 __all__ = ["ConvertJob", "ConvertResult", "ConvertedCheckpoint", "MANIFEST", "Reassembled", "SUPPORTED_ARCHITECTURES",
-           "TRTLLM_ARCHITECTURES", "convert", "default_out_dir", "hf_config_from_trtllm", "is_fresh", "jobs_for_spec",
+           "TRTLLM_ARCHITECTURES", "convert", "default_out_dir", "hf_config_from_trtllm", "is_fresh",
            "read_checkpoint", "read_manifest", "run_job"]

@@ -23,6 +23,7 @@ from trtspec.artifacts.fs import atomic_dir, content_only, digest, file_digests,
 from trtspec.artifacts.hf import CONFIG, ModelConfig
 from trtspec.artifacts.weights import MODEL_WEIGHTS, load_file, load_weights, save_weights, weight_files
 from trtspec.convert import hf
+from trtspec.convert.heads import layout
 from trtspec.convert.mapping import Mapping
 from trtspec.errors import ConvertError
 
@@ -41,7 +42,7 @@ class ConvertJob:
     """One checkpoint to write: what from, with which options, to where."""
 
     role: str                      # "target" | "draft"
-    kind: str                      # LLAMA, or a head method's name (its converter layout: trtspec/methods/)
+    kind: str                      # LLAMA, or a head layout's (trtspec/convert/heads.py: MEDUSA, EAGLE)
     model_dir: Path
     heads_dir: Path | None
     out_dir: Path
@@ -68,7 +69,7 @@ class ConvertJob:
         if index.is_file():
             files["model"].append(index)
         if self.heads_dir is not None:
-            weights = _head_method(self).head_weights or MODEL_WEIGHTS
+            weights = layout(self.kind).weights
             files["heads"] = [self.heads_dir / CONFIG, *weight_files(self.heads_dir, weights, ConvertError)]
         return files
 
@@ -99,7 +100,7 @@ def _config_and_ranks(job: ConvertJob) -> tuple[dict[str, Any], Callable[[int, i
     dtype = hf.torch_dtype(job.dtype)
     mapping = job.mapping
     config, head = (llama.base_config(shape, job.dtype, mapping, shape.architecture), None) if job.kind == LLAMA \
-        else _head_method(job).trtllm_checkpoint(job, shape, sd, dtype)
+        else layout(job.kind).write(job, shape, sd, dtype)
 
     def ranks(rank, t, p):
         w = llama.base_rank_weights(sd, shape, mapping, t, p, dtype, where)
@@ -107,15 +108,6 @@ def _config_and_ranks(job: ConvertJob) -> tuple[dict[str, Any], Callable[[int, i
             w.update(head(t, p))
         return w
     return config, ranks
-
-
-def _head_method(job: ConvertJob):
-    """The method whose converter layout writes the job's heads (trtspec/methods/<kind>.py)."""
-    from trtspec import methods
-
-    if job.kind not in methods.names():
-        raise ConvertError(f"unknown conversion kind {job.kind!r}")
-    return methods.get(job.kind)
 
 
 def fingerprint(job: ConvertJob, previous: dict[str, Any] | None = None, use_cache: bool = True

@@ -1,7 +1,8 @@
 """How the spec's `[speculative]` section maps onto TensorRT-LLM's numbers: the tree maths shared by the
 methods' conversion (checkpoint `max_draft_len`, `num_eagle_layers`, ...), build flags (`--max_draft_len`)
 and Triton parameters (`medusa_choices` / `eagle_choices`), and TensorRT-LLM's limit on max_draft_len.
-Each method's own numbers are its module's (trtspec/methods/<name>.py: `max_draft_len(spec)`, its choices).
+Each method's own numbers are its row's in the trtllm-engine runtime's method table
+(trtspec/backends/trtllm_engine_methods.py: `max_draft_len(spec)`, its choices).
 """
 
 from __future__ import annotations

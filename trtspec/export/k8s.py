@@ -25,6 +25,7 @@ import re
 import secrets
 from typing import Any
 
+from trtspec import backends
 from trtspec.errors import RepositoryError
 
 from trtspec.spec import Spec
@@ -56,8 +57,6 @@ def check_namespace(namespace: str) -> str:
 
 def _startup_budget(spec: Spec) -> int:
     """Seconds a pod may take to become ready: engines and weights load before /v2/health/ready."""
-    from trtspec import backends
-
     return 1800 if backends.for_spec(spec).capabilities.gpu else 600
 
 
@@ -67,8 +66,6 @@ def manifests(spec: Spec, *, image: str | None = None, namespace: str = "default
               startup_budget_s: int | None = None, secret: bool = True) -> list[dict[str, Any]]:
     """The objects, in apply order: Secret (a fresh random key; `secret=False`: use an existing Secret named
     <name>-admin-key), Deployment, Service, ServiceMonitor, HorizontalPodAutoscaler."""
-    from trtspec import backends
-
     name, sv = spec.name, spec.serving
     app = f"trtspec-{k8s_name(name)}"
     check_namespace(namespace)

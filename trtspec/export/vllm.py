@@ -2,9 +2,10 @@
 
 vLLM's speculative decoding takes one JSON argument, `--speculative-config` (vllm/config/speculative.py:
 `method`, `model`, `num_speculative_tokens`, `prompt_lookup_max/min`, `num_speculative_tokens_per_batch_size`
-...). A method is mapped by what it declares, never by its trtspec name: its TensorRT-LLM decoding mode
-(`speculative_decoding_mode`: the same algorithm under TensorRT-LLM's name), else the LLM API drafter its
-module maps it to (`llmapi_options`: speculative_config.decoding_type):
+...). A method is mapped by what the TensorRT-LLM runtimes' method tables make of it (trtspec/backends/
+trtllm_engine_methods.py, trtllm_llmapi_methods.py), never by its trtspec name: its TensorRT-LLM decoding mode
+(`speculative_decoding_mode`: the same algorithm under TensorRT-LLM's name), else the LLM API drafter it maps to
+(`options`: speculative_config.decoding_type):
 
     draft_tokens_external / Draft_Target -> draft_model   (the draft checkpoint)
     medusa                               -> medusa        (chain only: vLLM drafts one token per head)
@@ -26,6 +27,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from trtspec import methods
+from trtspec.artifacts.heads import eagle_version
+from trtspec.backends.trtllm_engine_methods import engine_method
+from trtspec.backends.trtllm_llmapi_methods import llmapi_method
 from trtspec.errors import RepositoryError
 from trtspec.spec import SCHEDULE_FLOOR, Spec
 
@@ -46,16 +51,13 @@ NOTES = {"ngram": "vLLM's ngram drafts by prompt lookup (the prompt and output s
 def vllm_method(spec: Spec) -> tuple[str | None, dict[str, Any]]:
     """(vLLM's method for the spec or None for plain decoding, the LLM API's speculative_config when that
     decided it); RepositoryError when vLLM has none."""
-    from trtspec import methods
-    from trtspec.artifacts.heads import eagle_version
-
-    m = methods.get(spec.method)
-    if not m.drafts:
+    if not methods.get(spec.method).drafts:
         return None, {}
-    name, config = BY_DECODING_MODE.get(m.speculative_decoding_mode or ""), {}
+    name, config = BY_DECODING_MODE.get(engine_method(spec).speculative_decoding_mode or ""), {}
     if name is None:
+        probe = _llmapi_probe(spec)
         try:
-            config = m.llmapi_options(_llmapi_probe(spec)).get("speculative_config") or {}
+            config = llmapi_method(probe).options(probe).get("speculative_config") or {}
         except Exception:  # noqa: BLE001 - the LLM API refuses it: so does this mapping
             config = {}
         name = BY_LLMAPI_TYPE.get(str(config.get("decoding_type", "")))

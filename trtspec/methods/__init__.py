@@ -1,30 +1,31 @@
-"""Speculative methods as plug-ins: one module per method owns everything trtspec knows about it (its spec
-rules, pair rules, torch proposer, trtllm-build flags, tensorrtllm backend parameters, converter layout,
-LLM-API speculative_config; the interface is trtspec/methods/base.py), and everything else asks this registry:
+"""Speculative methods as plug-ins: one module per method, each its spec section (rules, pair rules, checkpoints)
+and its torch Proposer (the interface: trtspec/methods/base.py); this registry finds them by name.
 
     methods.get(spec.method).proposer(spec, device)      methods.names()      methods.register(MyMethod())
+    methods.engine(spec)                                 the torch runtime's SpecEngine with the spec's proposer
+    methods.check_pair(spec)                             the target and the spec's drafter checked together
 
-| method      | weights           | torch proposer                   | TensorRT-LLM        | LLM API      |
-|-------------|-------------------|----------------------------------|---------------------|--------------|
-| draft-model | speculative.draft | a small LM's sampled chain       | 2 engines, the BLS  | Draft_Target |
-| medusa      | speculative.heads | top-i of heads on the last state | medusa              | refused      |
-| eagle       | speculative.heads | a one-layer feature-level head   | eagle (no PP)       | Eagle3 only  |
-| lookahead   | -                 | Jacobi window + n-gram pool      | lookahead_decoding  | refused      |
-| ngram       | -                 | prompt-lookup n-grams, a trie    | refused             | NGram        |
-| suffix      | -                 | suffix trees, adaptive length    | refused             | SA (>= 1.3)  |
-| none        | -                 | nothing (plain decoding)         | a plain engine      | plain        |
-| routed      | its drafters'     | one drafter per request (router) | refused             | refused      |
-
-(modules draft_model.py, medusa.py, eagle.py, lookahead.py, ngram.py, suffix.py, none.py, routed.py). Adding a method = one module here (a
-Method subclass) and its line below; a plug-in registered at run time (`register`) is accepted by the spec,
-checked, and run by the torch runtime; the TensorRT-LLM runtimes refuse a method that declares no engine or
-LLM-API mapping.
+Modules: draft_model.py, medusa.py, eagle.py (+ eagle3.py), lookahead.py, ngram.py, suffix.py, none.py,
+routed.py. What each runtime makes of a method is that runtime's own table (trtspec/backends/
+trtllm_engine_methods.py, trtllm_llmapi_methods.py); docs/architecture.md has the table of methods x runtimes.
+Adding a method = one module here (a Method subclass) and its line below, plus a row in each runtime's table
+that serves it. A plug-in registered at run time (`register`) is accepted by the spec, checked, and run by the
+torch runtime; the TensorRT-LLM runtimes refuse a method their tables have no row for. The registry is read by
+the composition points (trtspec.check, the backends, the CLI; methods.engine for whoever runs the torch engine).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from trtspec.artifacts import pair
+from trtspec.artifacts.pair import PairReport
 from trtspec.errors import SpecError
-from trtspec.methods.base import Method, raise_first
+from trtspec.methods.base import Method
+from trtspec.spec import Spec
+
+if TYPE_CHECKING:
+    from trtspec.runtime.engine import SpecEngine
 
 _METHODS: dict[str, Method] = {}
 
@@ -58,10 +59,25 @@ def registered() -> tuple[Method, ...]:
     return tuple(_METHODS.values())
 
 
+def check_pair(spec: Spec) -> PairReport:
+    """The spec's target and drafter checked together: trtspec.artifacts.pair with the spec's method."""
+    return pair.check_pair(spec, get(spec.method))
+
+
+def engine(spec: Spec, tokenizer: Any = None) -> SpecEngine:
+    """The torch runtime's engine for the spec: its method's Proposer handed to SpecEngine, as gpt-fast hands
+    draft_model to speculative_decode (a method that drafts nothing runs with K = 0)."""
+    from trtspec.runtime.engine import SpecEngine  # (torch: loaded when an engine is made, not with the registry)
+
+    method = get(spec.method)
+    return SpecEngine.from_spec(spec, method.proposer(spec, spec.runtime.device), tokenizer,
+                                num_draft_tokens=spec.speculative.num_draft_tokens if method.drafts else 0)
+
+
 from trtspec.methods import draft_model, eagle, lookahead, medusa, ngram, none, routed, suffix  # noqa: E402
 
 for _m in (draft_model.DraftModel(), medusa.Medusa(), eagle.Eagle(), lookahead.Lookahead(), ngram.Ngram(),
            suffix.Suffix(), none.Plain(), routed.Routed()):
     register(_m)
 
-__all__ = ["Method", "get", "names", "raise_first", "register", "registered", "unregister"]
+__all__ = ["Method", "check_pair", "engine", "get", "names", "register", "registered", "unregister"]

@@ -1,41 +1,32 @@
-"""The Method interface: everything trtspec knows about one speculative method, as small hooks with defaults.
+"""The Method interface: a speculative method is its spec section and its Proposer, as small hooks with defaults.
 
 A method module (trtspec/methods/<name>.py) subclasses Method, overrides what differs, and trtspec.methods
-registers one instance. Nothing else compares method names: callers ask the registry (`methods.get(name)`)
-and call these hooks.
+registers one instance. What a runtime makes of a method is that runtime's own table, not the method's
+(trtspec/backends/trtllm_engine_methods.py, trtllm_llmapi_methods.py; docs/architecture.md has the table of
+methods x runtimes); the CLI and the backends look the method up (`methods.get(name)`) and call these hooks.
 
     identity      name, title, weights ("draft": speculative.draft, "heads": speculative.heads, None),
-                  tree (takes speculative.choices), drafts (False: plain decoding)
-    spec rules    problems(spec); engine_problems(spec) and llmapi_problems(spec), which the TensorRT-LLM
-                  runtimes ask for; notes(spec): what `trtspec check` adds without failing
+                  tree (takes speculative.choices), drafts (False: plain decoding), routed (several drafters)
+    spec rules    problems(spec); notes(spec): what `trtspec check` adds without failing
     pair rules    drafter(spec), pair_problems(spec, target), weight_problems(spec, target)
     checkpoints   checkpoints(spec) -> {role: dir}: what the torch build copies, the LLM API loads, a bundle ships
     torch         proposer(spec, device) -> Proposer (trtspec/runtime/proposer.py)
-    TensorRT-LLM  engine_roles, max_draft_len, extra_seq_len, build_flags, decoding_mode, multi_block,
-                  paged_context_fmha (and with it KV-cache reuse), fast_logits, backend_parameters,
-                  convert_jobs + trtllm_checkpoint (the converter's head layout), memory_extras
-    LLM API       llmapi_options(spec), or llmapi_refusal: why it cannot be served there
 
-The defaults describe a method that only proposes: it runs on the torch runtime and the TensorRT-LLM runtimes
-refuse it (a spec problem, never a half-built engine). A method module must not import torch at module level:
-the registry is read by spec validation, which the CLI and the clients run without torch.
+The defaults describe a method that only proposes: it runs on the torch runtime, and a runtime whose table has
+no row for it refuses it (a spec problem, never a half-built engine). A method module must not import torch at
+module level: the registry is read by spec validation, which the CLI and the clients run without torch.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from trtspec.errors import RepositoryError, TrtspecError
 from trtspec.spec import _MISSING, MAX_DRAFT_TOKENS, Problem, Spec
 
 if TYPE_CHECKING:
     from trtspec.artifacts.hf import ModelConfig
-    from trtspec.builders.trtllm.memory import HeadSizes
-    from trtspec.convert.checkpoint import ConvertJob
     from trtspec.runtime.proposer import Proposer
-
-TARGET, DRAFT = "target", "draft"  # engine / checkpoint roles
 
 
 class Method:
@@ -44,19 +35,7 @@ class Method:
     weights: ClassVar[Literal["draft", "heads"] | None] = None
     tree: ClassVar[bool] = False
     drafts: ClassVar[bool] = True
-
-    # TensorRT-LLM engine (trtllm-build flags, tensorrtllm backend parameters)
-    trtllm_engine: ClassVar[bool] = False         # trtspec can build it as a TensorRT-LLM engine
-    speculative_decoding_mode: ClassVar[str | None] = None
-    draft_len_flag: ClassVar[bool] = False        # --max_draft_len on the target's trtllm-build line
-    paged_context_fmha: ClassVar[bool] = False    # --use_paged_context_fmha enable (KV-cache reuse needs it)
-    decoding_mode: ClassVar[str] = "top_k_top_p"
-    multi_block: ClassVar[bool] = True            # TensorRT-LLM's runner turns multi-block mode off for some
-    pipeline_parallel: ClassVar[bool] = True
-    head_weights: ClassVar[str | None] = None     # the heads file the converter reads (head methods)
-
-    # LLM API (trtllm-llmapi): None = it serves the method (llmapi_options)
-    llmapi_refusal: ClassVar[str | None] = "trtspec maps it to no drafter of the TensorRT-LLM LLM API"
+    routed: ClassVar[bool] = False       # takes speculative.drafters / speculative.router (one per request)
 
     def __repr__(self) -> str:
         return f"<method {self.name}>"
@@ -98,35 +77,6 @@ class Method:
         """What `trtspec check` tells about the method without failing (a changed meaning, a privacy trade)."""
         return []
 
-    def engine_problems(self, spec: Spec, pp: int | None = None) -> list[Problem]:
-        """Why the spec cannot become TensorRT-LLM engines (spec alone, no file read): asked for runtime
-        trtllm-engine, and again by the converter (`pp`: its --pp) and the build plan."""
-        if not self.trtllm_engine:
-            return [Problem("speculative.method", self.name, "trtspec has no TensorRT-LLM engine build for it: "
-                            "no trtllm-build flags, checkpoint layout or backend parameters",
-                            "use runtime.kind = \"torch\"")]
-        pp = spec.gpu.pipeline_parallel if pp is None else pp
-        problem = self.pipeline_problem(pp)
-        return [problem] if problem else []
-
-    def pipeline_problem(self, pp: int) -> Problem | None:
-        if pp > 1 and not self.pipeline_parallel:
-            return Problem("gpu.pipeline_parallel", pp, f"{self.title} does not support pipeline parallelism",
-                           "set pipeline_parallel = 1")
-        return None
-
-    def llmapi_problems(self, spec: Spec) -> list[Problem]:
-        """Why the TensorRT-LLM LLM API cannot serve the spec (asked for runtime trtllm-llmapi)."""
-        if self.llmapi_refusal is None:
-            return []
-        from trtspec import methods
-
-        served = [m.name for m in methods.registered() if m.llmapi_refusal is None and m.drafts]
-        others = f", or method {_or_list(served)}" if served else ""
-        return [Problem("speculative.method", self.name, self.llmapi_refusal,
-                        ("use runtime.kind = \"trtllm-engine\"" if self.trtllm_engine else
-                         "use runtime.kind = \"torch\"") + others)]
-
     # ------------------------------------------------------------------------------------------ pair rules
 
     def drafter(self, spec: Spec) -> dict[str, Any] | None:
@@ -153,76 +103,6 @@ class Method:
         """The torch runtime's proposer for the spec (weights load in its `setup`)."""
         raise NotImplementedError(f"method {self.name!r} has no proposer")
 
-    # ------------------------------------------------------------------------------------------ TensorRT-LLM
-
-    def engine_roles(self, spec: Spec) -> tuple[str, ...]:
-        """The TensorRT-LLM engines the deployment needs."""
-        return (TARGET,)
-
-    def draft_engine(self, spec: Spec) -> bool:
-        """Two TensorRT-LLM models: the BLS drives speculation, Triton runs in orchestrator mode."""
-        return DRAFT in self.engine_roles(spec)
-
-    def max_draft_len(self, spec: Spec) -> int:
-        """The target engine's max_draft_len (may read the method's checkpoint: ConvertError)."""
-        return 0
-
-    def extra_seq_len(self, spec: Spec) -> int:
-        """What trtllm-build adds to the target's max_seq_len (reference §2.2)."""
-        return self.max_draft_len(spec)
-
-    def build_flags(self, spec: Spec, role: str) -> list[str]:
-        """The method's trtllm-build flags for one engine (after the plan's common ones)."""
-        flags = ["--use_paged_context_fmha", "enable"] if self.paged_context_fmha else []
-        if role == TARGET and self.speculative_decoding_mode:
-            flags += ["--speculative_decoding_mode", self.speculative_decoding_mode]
-            if self.draft_len_flag:
-                flags += ["--max_draft_len", str(self.max_draft_len(spec))]
-        return flags
-
-    def fast_logits(self, spec: Spec) -> bool:
-        """Draft logits go straight from the draft to the target executor (orchestrator mode)."""
-        return False
-
-    def backend_parameters(self, spec: Spec, role: str) -> dict[str, str]:
-        """The method's parameters of tensorrt_llm/config.pbtxt (medusa_choices, lookahead_*, ...)."""
-        return {}
-
-    def convert_jobs(self, spec: Spec, out: Path, tp: int, pp: int) -> list[ConvertJob]:
-        """The TensorRT-LLM checkpoints to write under `out`: by default the target as a plain Llama."""
-        from trtspec.convert.checkpoint import LLAMA, ConvertJob
-
-        return [ConvertJob(TARGET, LLAMA, Path(spec.model.target), None, out / TARGET, tp, pp, spec.trtllm_dtype)]
-
-    def trtllm_checkpoint(self, job: ConvertJob, shape: ModelConfig, target: dict[str, Any],
-                          dtype: Any) -> tuple[dict[str, Any], Callable[[int, int], dict[str, Any]]]:
-        """A head method's converter layout: (checkpoint config.json, (tp rank, pp rank) -> its head tensors
-        of that rank, added to the target's)."""
-        raise TrtspecError(f"method {self.name!r} has no TensorRT-LLM checkpoint layout")
-
-    def memory_extras(self, spec: Spec, target: ModelConfig, tp: int, nbytes: int) -> HeadSizes | None:
-        """What the method's heads add to the target engine (builders/trtllm/memory.py); None: nothing."""
-        return None
-
-    # ------------------------------------------------------------------------------------------ LLM API
-
-    def llmapi_options(self, spec: Spec) -> dict[str, Any]:
-        """The LLM(...) arguments the method adds to model.yaml (speculative_config, ...)."""
-        if self.llmapi_refusal is not None:
-            raise RepositoryError(f"method {self.name!r} cannot be served by runtime 'trtllm-llmapi': "
-                                  f"{self.llmapi_refusal}",
-                                  hint="use runtime.kind = \"trtllm-engine\"" if self.trtllm_engine
-                                  else "use runtime.kind = \"torch\"")
-        return {}
-
-
-def raise_first(problems: list[Problem], error: type[TrtspecError]) -> None:
-    """Raise the first problem as `error` (a converter or builder asking the spec rules again)."""
-    if problems:
-        p = problems[0]
-        shown = "" if p.value is _MISSING else f" = {p.value!r}"
-        raise error(f"{p.key}{shown}: {p.message}", hint=p.hint)
-
 
 def choice_problems(choices: list[list[int]]) -> list[Problem]:
     """A `choices` tree: non-empty non-negative top-i paths, each prefix listed before its path, no duplicate."""
@@ -245,6 +125,3 @@ def choice_problems(choices: list[list[int]]) -> list[Problem]:
         p.append(Problem("speculative.choices", f"{len(choices)} paths", "tree too large", "use at most 256 paths"))
     return p
 
-
-def _or_list(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"

@@ -1,12 +1,7 @@
 """draft-model: an independent small LM (same tokenizer) proposes a chain sampled from its processed distribution q.
 
     torch          DraftModelProposer: the draft's own KV cache, rolled back to what the target accepted
-    trtllm-build   target: --use_paged_context_fmha enable --speculative_decoding_mode draft_tokens_external
-                           --max_draft_len K;  draft: --use_paged_context_fmha enable [--gather_generation_logits
-                           iff runtime.trtllm.use_draft_logits]
-    repository     two tensorrtllm models (tensorrt_llm, tensorrt_llm_draft); the BLS drives speculation
-                   (orchestrator mode); fast logits with use_draft_logits
-    LLM API        speculative_config: Draft_Target, K, the draft dir (no overlap scheduler)
+    runtimes       what the TensorRT-LLM runtimes make of it is their method tables' (docs/architecture.md)
 """
 
 from __future__ import annotations
@@ -14,14 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtspec.methods.base import DRAFT, TARGET, Method
+from trtspec.artifacts import tokenizer
+from trtspec.artifacts.hf import CONFIG, ModelConfig, summary
+from trtspec.artifacts.pair import llama_weight_problems
+from trtspec.methods.base import Method
 from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, ProposalBatch, Proposer, chain
 from trtspec.spec import Problem, Spec
 
 if TYPE_CHECKING:
     import torch
 
-    from trtspec.artifacts.hf import ModelConfig
     from trtspec.runtime.llama import Llama
 
 NAME = "draft-model"
@@ -42,7 +39,6 @@ class DraftModelProposer(Proposer):
         self.path, self.dtype, self.device, self.weight_dtype = Path(path), dtype, device, weight_dtype
 
     def setup(self, target: Llama, max_batch: int, max_seq: int, k: int) -> DraftPlan:
-        from trtspec.artifacts.hf import ModelConfig
         from trtspec.runtime.llama import Llama, draft_dtype
 
         wdt = self.weight_dtype or draft_dtype(self.dtype, self.device, 4 * ModelConfig.from_dir(self.path).num_params)
@@ -123,22 +119,12 @@ class DraftModel(Method):
     name = NAME
     title = "draft-model"
     weights = "draft"
-    trtllm_engine = True
-    speculative_decoding_mode = "draft_tokens_external"
-    draft_len_flag = True
-    paged_context_fmha = True
-    llmapi_refusal = None
 
     def drafter(self, spec: Spec) -> dict[str, Any] | None:
-        from trtspec.artifacts.hf import ModelConfig, summary
-
         return None if spec.speculative.draft is None else summary(ModelConfig.from_dir(spec.speculative.draft).raw)
 
     def pair_problems(self, spec: Spec, target: ModelConfig) -> list[Problem]:
         """Same vocabulary and tokenizer as the target, positions for the longest sequence."""
-        from trtspec.artifacts import tokenizer
-        from trtspec.artifacts.hf import ModelConfig
-
         draft = spec.speculative.draft
         if draft is None:
             return []
@@ -159,9 +145,6 @@ class DraftModel(Method):
         return p
 
     def weight_problems(self, spec: Spec, target: ModelConfig) -> list[Problem]:
-        from trtspec.artifacts.hf import CONFIG, ModelConfig
-        from trtspec.artifacts.pair import llama_weight_problems
-
         draft = spec.speculative.draft
         if draft is None or not (Path(draft) / CONFIG).is_file():
             return []
@@ -169,29 +152,3 @@ class DraftModel(Method):
 
     def proposer(self, spec: Spec, device: str) -> Proposer:
         return DraftModelProposer(spec.speculative.draft, dtype=spec.model.dtype, device=device)
-
-    def engine_roles(self, spec: Spec) -> tuple[str, ...]:
-        return (TARGET, DRAFT)
-
-    def max_draft_len(self, spec: Spec) -> int:
-        return spec.speculative.num_draft_tokens
-
-    def build_flags(self, spec: Spec, role: str) -> list[str]:
-        gather = role == DRAFT and spec.runtime.trtllm.use_draft_logits
-        return super().build_flags(spec, role) + (["--gather_generation_logits"] if gather else [])
-
-    def fast_logits(self, spec: Spec) -> bool:
-        return spec.runtime.trtllm.use_draft_logits
-
-    def convert_jobs(self, spec: Spec, out: Path, tp: int, pp: int) -> list:
-        from trtspec.convert.checkpoint import LLAMA, ConvertJob
-
-        draft = ConvertJob(DRAFT, LLAMA, Path(spec.speculative.draft), None, out / DRAFT, tp, 1, spec.trtllm_dtype)
-        return super().convert_jobs(spec, out, tp, pp) + [draft]  # the draft: the target's TP, no PP
-
-    def llmapi_options(self, spec: Spec) -> dict[str, Any]:
-        s = spec.speculative
-        return {"speculative_config": {"decoding_type": "Draft_Target", "max_draft_len": s.num_draft_tokens,
-                                       "speculative_model": str(Path(s.draft).resolve())},
-                # "Two-model based speculation implementations do not support overlap scheduler."
-                "disable_overlap_scheduler": True}

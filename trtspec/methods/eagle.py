@@ -4,12 +4,7 @@
                    artifacts/heads.py); an EAGLE-3 head (eagle_version 3) runs through methods/eagle3.py
     torch          EagleProposer (deterministic candidates: verified as point masses); Eagle3Proposer for
                    EAGLE-3 heads (reduced vocabulary, sampled chains carry q)
-    checkpoint     EagleForCausalLM: the target + one EAGLE net per tree level (num_eagle_layers = the depth);
-                   no pipeline parallelism (TensorRT-LLM asserts pp_size == 1)
-    trtllm-build   --use_paged_context_fmha enable --speculative_decoding_mode eagle (max_batch_size <= 512);
-                   max_seq_len grows by max_draft_len + num_eagle_layers
-    repository     decoding_mode eagle, eagle_choices, multi-block mode off, KV-cache reuse
-    LLM API        speculative_config Eagle3 (EAGLE-1/2 heads refused: the PyTorch backend runs EAGLE-3 only)
+    runtimes       what the TensorRT-LLM runtimes make of it is their method tables' (docs/architecture.md)
 """
 
 from __future__ import annotations
@@ -21,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from trtspec.artifacts import heads as layouts
 from trtspec.artifacts.fs import read_json_object
 from trtspec.artifacts.hf import CONFIG, summary
-from trtspec.convert import params
-from trtspec.errors import BuildError, ConvertError, RepositoryError
-from trtspec.methods.base import TARGET, Method, raise_first
+from trtspec.artifacts.pair import llama_weight_problems
+from trtspec.errors import TrtspecError
+from trtspec.methods.base import Method
 from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, HeadProposer, ProposalBatch, Proposer, chain
 from trtspec.spec import Problem, Spec
 
@@ -31,15 +26,10 @@ if TYPE_CHECKING:
     import torch
 
     from trtspec.artifacts.hf import ModelConfig
-    from trtspec.builders.trtllm.memory import HeadSizes
-    from trtspec.convert.checkpoint import ConvertJob
     from trtspec.runtime.cache import StepInputs
     from trtspec.runtime.llama import Llama
 
 NAME = "eagle"
-MAX_BATCH = 512  # TensorRT-LLM's EAGLE engines
-
-
 class EagleProposer(HeadProposer):
     """EAGLE: at position t, x_t = fc([embed(token_{t+1}), f_t]) runs through one decoder layer (no input norm,
     causal, RoPE) to f^_{t+1}; target.lm_head(f^_{t+1}) predicts token_{t+2}. f_t are the target's final hidden
@@ -199,17 +189,10 @@ class EagleProposer(HeadProposer):
 
 def _version3(heads: str | Path) -> bool:
     """An EAGLE-3 head (one that cannot be read is judged by the EAGLE-1 path, which reports why)."""
-    from trtspec.errors import TrtspecError
-
     try:
         return (Path(heads) / CONFIG).is_file() and layouts.eagle_version(Path(heads)) == 3
     except TrtspecError:
         return False
-
-
-def eagle_version(heads_dir: Path) -> int:
-    """3 for an EAGLE-3 head, 1 for an EAGLE-1/2 head (artifacts.heads.eagle_version; the LLM API's probe)."""
-    return layouts.eagle_version(heads_dir, RepositoryError)
 
 
 class Eagle(Method):
@@ -217,14 +200,6 @@ class Eagle(Method):
     title = "EAGLE"
     weights = "heads"
     tree = True
-    trtllm_engine = True
-    speculative_decoding_mode = "eagle"
-    paged_context_fmha = True
-    decoding_mode = "eagle"
-    multi_block = False  # TensorRT-LLM's own runner turns it off for EAGLE (unsupported there)
-    pipeline_parallel = False
-    head_weights = layouts.EAGLE_WEIGHTS
-    llmapi_refusal = None
 
     def drafter(self, spec: Spec) -> dict[str, Any] | None:
         heads = spec.speculative.heads
@@ -243,8 +218,6 @@ class Eagle(Method):
                 for d in layouts.eagle_config(heads, target).differences(target, layouts.EAGLE_FIT)]
 
     def weight_problems(self, spec: Spec, target: ModelConfig) -> list[Problem]:
-        from trtspec.artifacts.pair import llama_weight_problems
-
         heads = spec.speculative.heads
         if heads is None or not (Path(heads) / CONFIG).is_file():
             return []
@@ -260,72 +233,3 @@ class Eagle(Method):
 
             return Eagle3Proposer(spec.speculative.heads, spec.speculative.choices, device=device)
         return EagleProposer(spec.speculative.heads, spec.speculative.choices, device=device)
-
-    def choices(self, spec: Spec) -> params.Choices:
-        """The spec's tree, or a greedy chain of num_draft_tokens."""
-        if spec.speculative.choices:
-            return [list(c) for c in spec.speculative.choices]
-        return params.chain(spec.speculative.num_draft_tokens)
-
-    def tree_params(self, spec: Spec) -> dict[str, int]:
-        return params.eagle_tree_params(self.choices(spec))
-
-    def max_draft_len(self, spec: Spec) -> int:
-        return len(self.choices(spec))
-
-    def extra_seq_len(self, spec: Spec) -> int:
-        return self.max_draft_len(spec) + self.tree_params(spec)["num_eagle_layers"]
-
-    def build_flags(self, spec: Spec, role: str) -> list[str]:
-        if spec.limits.max_batch_size > MAX_BATCH:
-            raise BuildError(f"EAGLE engines support max_batch_size <= {MAX_BATCH} "
-                             f"(limits.max_batch_size = {spec.limits.max_batch_size})",
-                             hint=f"set limits.max_batch_size <= {MAX_BATCH}")
-        return super().build_flags(spec, role)
-
-    def backend_parameters(self, spec: Spec, role: str) -> dict[str, str]:
-        return {"eagle_choices": params.brace_choices(self.choices(spec))} if role == TARGET else {}
-
-    def convert_jobs(self, spec: Spec, out: Path, tp: int, pp: int) -> list[ConvertJob]:
-        from trtspec.convert.checkpoint import ConvertJob
-
-        return [ConvertJob(TARGET, NAME, Path(spec.model.target), Path(spec.speculative.heads), out / TARGET, tp,
-                           pp, spec.trtllm_dtype, **self.tree_params(spec))]
-
-    def trtllm_checkpoint(self, job: ConvertJob, shape: ModelConfig, target: dict[str, Any], dtype: Any):
-        from trtspec.convert import llama
-
-        raise_first([p for p in [self.pipeline_problem(job.pp)] if p], ConvertError)
-        if (why := params.draft_len_excess(job.max_draft_len)) is not None:
-            raise ConvertError(f"EAGLE {why}", hint="use a smaller tree")
-        eshape, eagle = layouts.load_eagle(job.heads_dir, shape, ConvertError)
-        mapping = job.mapping
-        config = llama.eagle_config(shape, eshape, job.dtype, mapping, max_draft_len=job.max_draft_len,
-                                    num_eagle_layers=job.num_eagle_layers,
-                                    max_non_leaves_per_layer=job.max_non_leaves_per_layer)
-        return config, lambda t, p: llama.eagle_rank_weights(eagle, eshape, target, shape, mapping, t,
-                                                             job.num_eagle_layers, dtype, str(job.heads_dir))
-
-    def memory_extras(self, spec: Spec, target: ModelConfig, tp: int, nbytes: int) -> HeadSizes:
-        """One drafter (its layers, fc, embedding and LM head copies) per EAGLE net, with its KV cache."""
-        from trtspec.builders.trtllm.memory import HeadSizes, kv_per_token, layer_params, per_rank_layer
-
-        ecfg = layouts.eagle_config(spec.speculative.heads, target)
-        nets = self.tree_params(spec)["num_eagle_layers"]
-        H, V, el = target.hidden_size, target.vocab_size, ecfg.num_layers
-        vpad = -(-V // tp) * tp
-        e_layer_total, _ = layer_params(ecfg)
-        return HeadSizes(el * e_layer_total + 2 * H * H + H,
-                         nets * (el * per_rank_layer(ecfg, tp) + (2 * H * H + H) / tp + V * H + vpad * H / tp),
-                         kv_per_token(ecfg, el * nets, tp, nbytes))
-
-    def llmapi_options(self, spec: Spec) -> dict[str, Any]:
-        s = spec.speculative
-        if eagle_version(Path(s.heads)) != 3:
-            raise RepositoryError(
-                f"{s.heads} is an EAGLE-1/2 head; the LLM API's PyTorch backend runs EAGLE-3 only "
-                "(\"EAGLE (v1/v2) draft checkpoints are incompatible\")",
-                hint="use runtime.kind = \"trtllm-engine\" for EAGLE-1 heads, or an EAGLE-3 head here")
-        from trtspec.methods import eagle3
-
-        return {"speculative_config": eagle3.llmapi_options(spec)}

@@ -8,22 +8,23 @@ runs these parts for a version-3 head (layout and equations: trtspec/artifacts/h
                    candidates, verified as point masses); proposals are target ids (draft id + d2t)
     check          the head against the target: hidden sizes, vocabulary, the captured layers, the shapes in
                    the weights, and (when it was trained by `trtspec train`) the target's tokenizer
-    trtllm-build   refused: the engine runtime keeps EAGLE-1 (TensorRT-LLM's engine path has no EAGLE-3)
-    LLM API        speculative_config decoding_type Eagle3, eagle3_layers_to_capture = the head's layers
+    runtimes       trtllm-engine converts EAGLE-1 heads only; the LLM API serves EAGLE-3 (its method table:
+                   trtspec/backends/trtllm_llmapi_methods.py)
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trtspec.artifacts import heads as layouts
-from trtspec.artifacts import manifest
+from trtspec.artifacts import manifest, tokenizer
 from trtspec.artifacts.hf import CONFIG
+from trtspec.artifacts.weights import weight_shapes
 from trtspec.errors import ModelError
 from trtspec.methods.eagle import EagleProposer
 from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, ProposalBatch, chain
-from trtspec.spec import Problem, Spec
+from trtspec.spec import Problem
 
 if TYPE_CHECKING:
     import torch
@@ -180,8 +181,6 @@ class Eagle3Proposer(EagleProposer):
 def pair_problems(heads: Path, target: ModelConfig, target_dir: Path | None = None) -> list[Problem]:
     """An EAGLE-3 head against its target: sizes, vocabulary, captured layers, and the tokenizer its training
     manifest recorded (a head trained by `trtspec train`)."""
-    from trtspec.artifacts import tokenizer
-
     try:
         cfg = layouts.eagle3_config(heads, target)
     except ModelError as exc:
@@ -200,8 +199,6 @@ def pair_problems(heads: Path, target: ModelConfig, target_dir: Path | None = No
 
 def weight_problems(heads: Path, target: ModelConfig) -> list[Problem]:
     """config.json vs the safetensors header: every tensor of the layout, with the shape the config gives."""
-    from trtspec.artifacts.weights import weight_shapes
-
     try:
         cfg = layouts.eagle3_config(heads, target)
         shapes = weight_shapes(Path(heads))
@@ -226,16 +223,3 @@ def weight_problems(heads: Path, target: ModelConfig) -> list[Problem]:
                             "point speculative.heads at the head its config describes")]
     return []
 
-
-def llmapi_options(spec: Spec) -> dict[str, Any]:
-    """The LLM API's speculative_config for an EAGLE-3 head: TensorRT-LLM captures the head's own layers
-    (eagle3_layers_to_capture, layer outputs), not its default, when the head names them."""
-    from trtspec.errors import RepositoryError
-
-    from trtspec.artifacts.fs import read_json_object
-
-    s = spec.speculative
-    path = Path(s.heads) / CONFIG
-    aux = layouts.eagle3_aux_layers(read_json_object(path, "EAGLE-3 head", RepositoryError), path, RepositoryError)
-    return {"decoding_type": "Eagle3", "max_draft_len": s.num_draft_tokens,
-            "speculative_model": str(Path(s.heads).resolve()), **({"eagle3_layers_to_capture": list(aux)} if aux else {})}

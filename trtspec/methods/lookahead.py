@@ -6,13 +6,12 @@ lookahead_verification_set_size, 1:1.
     torch          LookaheadProposer: the lookahead branch (a 2-D window of Jacobi guesses, W columns x N - 1
                    levels) and the verification branch (up to G pooled n-grams that start with the pending
                    token) in ONE target forward with one attention mask (cache.branch_inputs)
-    trtllm-build   --speculative_decoding_mode lookahead_decoding --max_draft_len (N-2) + (W-1+G)(N-1)
-    repository     decoding_mode lookahead, lookahead_window_size / _ngram_size / _verification_set_size
-    LLM API        refused: TensorRT-LLM's LookaheadDecodingConfig is TensorRT-engine only (not the PyTorch
-                   backend, research notes C1); prompt lookup there is method `ngram`
+    runtimes       what the TensorRT-LLM runtimes make of it is their method tables' (docs/architecture.md)
+                   (trtllm-engine: max_draft_len (N-2) + (W-1+G)(N-1); the LLM API refuses it: prompt lookup
+                   there is method `ngram`)
 
-Until issue 12 method `lookahead` was prompt lookup; such specs keep working (same keys) and now run Jacobi
-lookahead decoding; `trtspec check` says so and points at method `ngram` (`deprecation`).
+Method `lookahead` used to be prompt lookup; such specs keep working (same keys) and now run Jacobi lookahead
+decoding; `trtspec check` says so and points at method `ngram` (`deprecation`).
 """
 
 from __future__ import annotations
@@ -21,8 +20,7 @@ import random
 import zlib
 from typing import TYPE_CHECKING
 
-from trtspec.convert import params
-from trtspec.methods.base import TARGET, Method
+from trtspec.methods.base import Method
 from trtspec.runtime.proposer import EMPTY, Branch, Draft, DraftPlan, ProposalBatch, Proposer, trie
 from trtspec.spec import Problem, Spec
 
@@ -214,12 +212,6 @@ class LookaheadProposer(Proposer):
 class Lookahead(Method):
     name = NAME
     title = "lookahead decoding"
-    trtllm_engine = True
-    speculative_decoding_mode = "lookahead_decoding"
-    draft_len_flag = True
-    decoding_mode = "lookahead"
-    llmapi_refusal = ("TensorRT-LLM's LookaheadDecodingConfig runs on TensorRT engines only, not the LLM API's "
-                      "PyTorch backend")
 
     def problems(self, spec: Spec) -> list[Problem]:
         p = super().problems(spec)
@@ -231,22 +223,6 @@ class Lookahead(Method):
     def notes(self, spec: Spec) -> list[str]:
         return [DEPRECATION]
 
-    def engine_problems(self, spec: Spec, pp: int | None = None) -> list[Problem]:
-        p = super().engine_problems(spec, pp)
-        if (why := params.draft_len_excess(self.max_draft_len(spec))) is not None:
-            p.append(Problem("speculative.lookahead", spec.speculative.lookahead.model_dump(), f"needs {why}",
-                             "use a smaller window, ngram or verification_set"))
-        return p
-
     def proposer(self, spec: Spec, device: str) -> Proposer:
         la = spec.speculative.lookahead
         return LookaheadProposer(la.window, la.ngram, la.verification_set)
-
-    def max_draft_len(self, spec: Spec) -> int:
-        la = spec.speculative.lookahead
-        return lookahead_max_draft_len(la.window, la.ngram, la.verification_set)
-
-    def backend_parameters(self, spec: Spec, role: str) -> dict[str, str]:
-        la = spec.speculative.lookahead
-        return {"lookahead_window_size": str(la.window), "lookahead_ngram_size": str(la.ngram),
-                "lookahead_verification_set_size": str(la.verification_set)} if role == TARGET else {}

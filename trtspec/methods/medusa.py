@@ -3,11 +3,7 @@
     weights        speculative.heads: config.json (medusa_num_heads, ...) + medusa_lm_head.safetensors
                    (artifacts/heads.py: the layout, its one reader of medusa_num_heads)
     torch          MedusaProposer (deterministic candidates: verified as point masses)
-    checkpoint     MedusaForCausalLM: the target + its heads; max_draft_len = the tree's nodes, or a chain as
-                   deep as the heads allow (at most K)
-    trtllm-build   --speculative_decoding_mode medusa (max_draft_len comes from the checkpoint)
-    repository     decoding_mode medusa, medusa_choices, multi-block mode off
-    LLM API        refused: the PyTorch backend has no Medusa
+    runtimes       what the TensorRT-LLM runtimes make of it is their method tables' (docs/architecture.md)
 """
 
 from __future__ import annotations
@@ -16,9 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtspec.artifacts import heads as layouts
-from trtspec.convert import params
-from trtspec.errors import ConvertError, ModelError
-from trtspec.methods.base import TARGET, Method
+from trtspec.artifacts.fs import read_json_object
+from trtspec.artifacts.hf import CONFIG, summary
+from trtspec.artifacts.pair import medusa_weight_problems
+from trtspec.errors import ModelError
+from trtspec.methods.base import Method
 from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, HeadProposer, ProposalBatch, Proposer
 from trtspec.spec import Problem, Spec
 
@@ -26,8 +24,6 @@ if TYPE_CHECKING:
     import torch
 
     from trtspec.artifacts.hf import ModelConfig
-    from trtspec.builders.trtllm.memory import HeadSizes
-    from trtspec.convert.checkpoint import ConvertJob
     from trtspec.runtime.llama import Llama
 
 NAME = "medusa"
@@ -108,14 +104,6 @@ class MedusaProposer(HeadProposer):
             self.last[b] = hidden[b, path[-1] + 1 if path else 0]
 
 
-def num_heads(spec: Spec) -> int:
-    """The spec's Medusa heads count for the TensorRT-LLM paths (artifacts.heads' one reader, as a
-    ConvertError: the converter's failure class; the memory plan lists it as a problem)."""
-    if spec.speculative.heads is None:
-        raise ConvertError(f"method '{NAME}' needs speculative.heads", hint="set speculative.heads in the spec")
-    return layouts.medusa_num_heads(spec.speculative.heads, ConvertError)
-
-
 def heads_depth_problems(spec: Spec, heads: int) -> list[Problem]:
     """A tree deeper than the heads, or a chain longer than them (needs the heads' config)."""
     choices = spec.speculative.choices or []
@@ -136,18 +124,8 @@ class Medusa(Method):
     title = "Medusa"
     weights = "heads"
     tree = True
-    trtllm_engine = True
-    speculative_decoding_mode = "medusa"
-    decoding_mode = "medusa"
-    multi_block = False  # TensorRT-LLM's own runner turns it off for Medusa (unsupported there)
-    head_weights = layouts.MEDUSA_WEIGHTS
-    llmapi_refusal = ("the TensorRT-LLM LLM API (PyTorch backend) does not support Medusa: MedusaDecodingConfig "
-                      "supports the TensorRT engine backend only")
 
     def drafter(self, spec: Spec) -> dict[str, Any] | None:
-        from trtspec.artifacts.fs import read_json_object
-        from trtspec.artifacts.hf import CONFIG, summary
-
         heads = spec.speculative.heads
         return None if heads is None else summary(read_json_object(Path(heads) / CONFIG, "Medusa heads"))
 
@@ -170,9 +148,6 @@ class Medusa(Method):
         return p
 
     def weight_problems(self, spec: Spec, target: ModelConfig) -> list[Problem]:
-        from trtspec.artifacts.hf import CONFIG
-        from trtspec.artifacts.pair import medusa_weight_problems
-
         heads = spec.speculative.heads
         if heads is None or not (Path(heads) / CONFIG).is_file():
             return []
@@ -180,40 +155,3 @@ class Medusa(Method):
 
     def proposer(self, spec: Spec, device: str) -> Proposer:
         return MedusaProposer(spec.speculative.heads, spec.speculative.choices, device=device)
-
-    def choices(self, spec: Spec) -> params.Choices:
-        """The spec's tree, or a greedy chain as deep as the heads allow (at most num_draft_tokens)."""
-        if spec.speculative.choices:
-            return [list(c) for c in spec.speculative.choices]
-        return params.chain(min(spec.speculative.num_draft_tokens, num_heads(spec)))
-
-    def max_draft_len(self, spec: Spec) -> int:
-        return len(self.choices(spec))
-
-    def backend_parameters(self, spec: Spec, role: str) -> dict[str, str]:
-        return {"medusa_choices": params.brace_choices(self.choices(spec))} if role == TARGET else {}
-
-    def convert_jobs(self, spec: Spec, out: Path, tp: int, pp: int) -> list[ConvertJob]:
-        from trtspec.convert.checkpoint import ConvertJob
-
-        return [ConvertJob(TARGET, NAME, Path(spec.model.target), Path(spec.speculative.heads), out / TARGET, tp,
-                           pp, spec.trtllm_dtype, max_draft_len=len(self.choices(spec)))]
-
-    def trtllm_checkpoint(self, job: ConvertJob, shape: ModelConfig, target: dict[str, Any], dtype: Any):
-        from trtspec.convert import llama
-
-        hcfg, heads = layouts.load_medusa(job.heads_dir, shape, ConvertError)
-        nh, nl, mapping = hcfg.num_heads, hcfg.num_layers, job.mapping
-        config = llama.medusa_config(shape, job.dtype, mapping, num_heads=nh, num_layers=nl,
-                                     max_draft_len=job.max_draft_len)
-        return config, lambda t, p: llama.medusa_rank_weights(heads, shape, mapping, t, p, nh, nl, dtype,
-                                                              str(job.heads_dir))
-
-    def memory_extras(self, spec: Spec, target: ModelConfig, tp: int, nbytes: int) -> HeadSizes:
-        """N heads of L residual layers (H x H + bias) and an LM head each, on the target's last stage."""
-        from trtspec.builders.trtllm.memory import HeadSizes
-
-        hcfg = layouts.medusa_config(spec.speculative.heads)
-        n, nl, H, V = hcfg.num_heads, hcfg.num_layers, target.hidden_size, target.vocab_size
-        vpad = -(-V // tp) * tp
-        return HeadSizes(n * (nl * (H * H + H) + V * H), n * (nl * (H * H + H) / tp + vpad * H / tp), 0)

@@ -1,10 +1,9 @@
-"""ngram: training-free prompt lookup (the spec's [speculative.ngram]); until issue 12 this was method
-`lookahead`, which is now Jacobi lookahead decoding (lookahead.py).
+"""ngram: training-free prompt lookup (the spec's [speculative.ngram]); this used to be method `lookahead`, which
+is now Jacobi lookahead decoding (lookahead.py).
 
     torch          NgramProposer: the longest n-gram (<= max_matching) that ends the sequence and occurred
                    before proposes what followed it; up to `candidates` continuations merged into a trie
-    trtllm-build   refused: TensorRT-LLM engines have no prompt-lookup mode
-    LLM API        speculative_config NGram (decoding_type "NGram", max_matching_ngram_size, is_keep_all, ...)
+    runtimes       what the TensorRT-LLM runtimes make of it is their method tables' (docs/architecture.md)
 
 A step that finds no match drafts nothing and costs a plain decode step; matches that keep failing lower the
 request's acceptance and adaptive K falls back to plain decoding (scheduler.AdaptiveK).
@@ -12,11 +11,11 @@ request's acceptance and adaptive K falls back to plain decoding (scheduler.Adap
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trtspec.methods.base import Method
 from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, ProposalBatch, Proposer, trie
-from trtspec.spec import Problem, Spec
+from trtspec.spec import Spec
 
 if TYPE_CHECKING:
     import torch
@@ -81,27 +80,10 @@ class NgramProposer(Proposer):
         return [trie(self.candidates(b, seq, k)) if k else EMPTY for b, (seq, k) in enumerate(zip(batch.seqs, batch.ks))]
 
 
-def ngram_config(spec: Spec) -> dict[str, Any]:
-    """The LLM API's n-gram (prompt lookup) drafter: K draft tokens, matching up to max_matching tokens
-    (research notes A5: NGramDecodingConfig's max_matching_ngram_size, is_keep_all / is_use_oldest /
-    is_public_pool)."""
-    return {"decoding_type": "NGram", "max_draft_len": spec.speculative.num_draft_tokens,
-            "max_matching_ngram_size": spec.speculative.ngram.max_matching, "is_keep_all": True,
-            "is_use_oldest": True, "is_public_pool": True}
-
-
 class Ngram(Method):
     name = NAME
     title = "n-gram prompt lookup"
-    llmapi_refusal = None  # NGram; the TensorRT-LLM engine runtime refuses it (Method.engine_problems)
-
-    def engine_problems(self, spec: Spec, pp: int | None = None) -> list[Problem]:
-        return [Problem("speculative.method", self.name, "TensorRT-LLM engines have no prompt-lookup mode",
-                        "use runtime.kind = \"trtllm-llmapi\" (NGram) or \"torch\", or method lookahead")]
 
     def proposer(self, spec: Spec, device: str) -> Proposer:
         ng = spec.speculative.ngram
         return NgramProposer(ng.max_matching, ng.candidates)
-
-    def llmapi_options(self, spec: Spec) -> dict[str, Any]:
-        return {"speculative_config": ngram_config(spec)}

@@ -1,5 +1,5 @@
-"""none: plain decoding (K = 0): the base Proposer proposes nothing; a plain TensorRT-LLM engine; the LLM API
-without a speculative_config."""
+"""none: plain decoding (K = 0): the base Proposer proposes nothing (the TensorRT-LLM runtimes: a plain engine,
+the LLM API without a speculative_config)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ class Plain(Method):
     name = Proposer.name  # "none"
     title = "plain decoding"
     drafts = False
-    trtllm_engine = True
-    llmapi_refusal = None
 
     def proposer(self, spec: Spec, device: str) -> Proposer:
         return Proposer()

@@ -1,4 +1,4 @@
-"""routed: several drafters in one deployment, one per request (issue 14: per-request draft routing).
+"""routed: several drafters in one deployment, one per request (per-request draft routing).
 
     [speculative]                      [[speculative.drafters]]       [speculative.router]
     method = "routed"                  name = "prose"                 kind = "classify"   # or "task"
@@ -15,9 +15,8 @@ is chosen once, when it is admitted (its `task`, else the router's kind), and ke
 (trtspec/runtime/router.py); all requests are still verified in one target pass per step.
 
     torch          RoutedProposer: the drafters' proposers, each over the rows routed to it
-    trtllm-build   refused (Method defaults): TensorRT-LLM engines take one speculative mode
-    LLM API        refused: one speculative_config per LLM
-    vLLM export    refused: one --speculative-config per server
+    runtimes       the TensorRT-LLM runtimes and the vLLM export refuse it: one speculative mode per engine,
+                   one speculative_config per LLM, one --speculative-config per server
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtspec.methods.base import Method
+from trtspec.runtime.router import RoutedProposer, Router
 from trtspec.spec import _MISSING, Problem, Spec, drafter_role, drafter_spec
 
 if TYPE_CHECKING:
@@ -49,8 +49,7 @@ def _under(i: int, problems: list[Problem]) -> list[Problem]:
 class Routed(Method):
     name = NAME
     title = "routed drafters"
-    routed = True  # spec.py: only this method takes speculative.drafters / speculative.router
-    llmapi_refusal = "one LLM takes one speculative_config: several drafters per request are trtspec's torch runtime"
+    routed = True
 
     def drafters(self, spec: Spec) -> list[tuple[str, Method, Spec]]:
         """(name, method, its single-drafter spec) per drafter, in the spec's order."""
@@ -83,7 +82,7 @@ class Routed(Method):
                                  "give each drafter its own name"))
         heads = []
         for i, (name, method, sub) in enumerate(self.drafters(spec)):
-            if getattr(method, "routed", False):
+            if method.routed:
                 p.append(Problem(f"speculative.drafters[{i}].method", method.name, "a drafter cannot route again",
                                  f"use one of {', '.join(n for n in methods.names() if n != NAME)}"))
                 continue
@@ -140,8 +139,6 @@ class Routed(Method):
         return out
 
     def proposer(self, spec: Spec, device: str) -> Proposer:
-        from trtspec.runtime.router import Router, RoutedProposer
-
         subs = [(name, m.proposer(sub, device), sub.speculative.num_draft_tokens if m.drafts else 0, m.name)
                 for name, m, sub in self.drafters(spec)]
         r = spec.speculative.router

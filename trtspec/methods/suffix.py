@@ -1,12 +1,12 @@
 """suffix: SuffixDecoding (Oliaro et al., arXiv 2411.04975), training-free, with the spec's [speculative.suffix].
 The algorithm follows snowflakedb/ArcticInference (`csrc/suffix_decoding/suffix_tree.cc`, `suffix_decoding/
-cache.py`; vLLM's method "suffix" wraps it) — research notes C2.
+cache.py`; vLLM's method "suffix" wraps it).
 
     torch          SuffixProposer: a suffix tree over the request's prompt + output, and (off by default) one
                    over the deployment's earlier outputs; the best-scoring path, adaptive length
-    trtllm-build   refused: TensorRT-LLM engines have no suffix decoding
-    LLM API        speculative_config SA (TensorRT-LLM's suffix *automaton*, a different matcher with the same
-                   role) where the TensorRT-LLM version has it (documented from 1.3.0rc27); refused before
+    runtimes       what the TensorRT-LLM runtimes make of it is their method tables' (docs/architecture.md)
+                   (the LLM API's SA is TensorRT-LLM's suffix *automaton*, a different matcher in the same
+                   role, documented from 1.3.0rc27)
 
 Privacy: the cross-request cache (`cache_requests` > 0) speculates a request from other requests' outputs, so
 one user's text can become another user's draft tokens. Verification keeps every output exactly the target's
@@ -17,20 +17,16 @@ cache is off unless the spec turns it on, and bounded (requests and tokens, FIFO
 from __future__ import annotations
 
 import collections
-import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trtspec.methods.base import Method
 from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, ProposalBatch, Proposer, chain
-from trtspec.spec import Problem, Spec
+from trtspec.spec import Spec
 
 if TYPE_CHECKING:
     import torch
 
 NAME = "suffix"
-SA_SINCE = (1, 3, 0, 27)  # TensorRT-LLM's SADecodingConfig: first seen in the 1.3.0rc27 docs (research notes C2)
-
-
 class Node:
     """A suffix-tree node: how often its path occurred, and its children by token."""
 
@@ -200,19 +196,9 @@ class SuffixProposer(Proposer):
         return out
 
 
-def _version(text: str) -> tuple[float, ...]:
-    """"1.2.1" -> (1, 2, 1, inf), "1.3.0rc27" -> (1, 3, 0, 27): a release sorts after its release candidates."""
-    m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?(?:rc(\d+))?", text.strip())
-    if m is None:
-        return (0, 0, 0, 0)
-    major, minor, patch, rc = m.groups()
-    return (int(major), int(minor), int(patch or 0), float(rc) if rc else float("inf"))
-
-
 class Suffix(Method):
     name = NAME
     title = "suffix decoding"
-    llmapi_refusal = None  # by version: llmapi_problems
 
     def notes(self, spec: Spec) -> list[str]:
         s = spec.speculative.suffix
@@ -221,28 +207,6 @@ class Suffix(Method):
                     "outputs too, so one user's text can be speculated into another user's request (outputs stay "
                     "exact); set 0 to keep requests apart"]
         return []
-
-    def engine_problems(self, spec: Spec, pp: int | None = None) -> list[Problem]:
-        return [Problem("speculative.method", self.name, "TensorRT-LLM engines have no suffix decoding",
-                        "use runtime.kind = \"torch\", or \"trtllm-llmapi\" with TensorRT-LLM >= 1.3 (SA)")]
-
-    def llmapi_problems(self, spec: Spec) -> list[Problem]:
-        v = spec.runtime.trtllm.version
-        if _version(v) >= SA_SINCE:
-            return []
-        return [Problem("runtime.trtllm.version", v, f"TensorRT-LLM {v} has no SA (suffix automaton) decoding "
-                        "for the LLM API: SADecodingConfig first appears in 1.3.0rc27",
-                        "use runtime.kind = \"torch\", a TensorRT-LLM >= 1.3 container, or method ngram")]
-
-    def llmapi_options(self, spec: Spec) -> dict[str, Any]:
-        from trtspec.errors import RepositoryError
-
-        if (p := self.llmapi_problems(spec)):
-            raise RepositoryError(f"method 'suffix' cannot be served by runtime 'trtllm-llmapi': {p[0].message}",
-                                  hint=p[0].hint)
-        s = spec.speculative.suffix
-        return {"speculative_config": {"decoding_type": "SA", "max_draft_len": spec.speculative.num_draft_tokens,
-                                       "max_matching_ngram_size": -1, "enable_global_pool": s.cache_requests > 0}}
 
     def proposer(self, spec: Spec, device: str) -> Proposer:
         s = spec.speculative.suffix

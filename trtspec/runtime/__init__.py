@@ -1,7 +1,8 @@
 """The torch speculative-decoding runtime: a compact Llama, a static KV cache, proposers, a rejection sampler
 and the SpecEngine (scheduler with continuous batching).
 
-    engine = SpecEngine.from_spec(spec)                  # target + proposer + tokenizer as the spec says
+    engine = SpecEngine.from_spec(spec, proposer)        # target + tokenizer as the spec says, around a proposer
+    engine = trtspec.methods.engine(spec)                # ... with the spec's method's proposer (composed there)
     engine.tokenizer, engine.method, engine.k_max
     engine.generate(prompt: str | list[int], params) -> GenerationResult
     engine.generate_batch(prompts, params | list[params]) -> list[GenerationResult]   # decoded together

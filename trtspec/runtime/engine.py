@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
-from trtspec import methods
 from trtspec.artifacts.tokenizer import load_tokenizer
 from trtspec.errors import GenerationError
 from trtspec.runtime.cache import chain_inputs, draft_inputs
@@ -79,8 +78,11 @@ class SpecEngine:
         self.scheduler = Scheduler(max_batch_size, self)
 
     @classmethod
-    def from_spec(cls, spec, tokenizer=None) -> "SpecEngine":
-        """Load target, proposer and tokenizer as `spec` (trtspec.spec.Spec) says."""
+    def from_spec(cls, spec, proposer: Proposer, tokenizer=None, *, num_draft_tokens: int | None = None
+                  ) -> "SpecEngine":
+        """Load the target and the tokenizer as `spec` (trtspec.spec.Spec) says, around `proposer`: the spec's
+        method's, made by the caller (trtspec.methods.engine composes the two). `num_draft_tokens`: K (None: the
+        spec's; 0 for a method that drafts nothing)."""
         if spec.runtime.torch.threads:
             torch.set_num_threads(spec.runtime.torch.threads)
         lim = spec.limits
@@ -95,9 +97,9 @@ class SpecEngine:
             target.make_row_exact()  # (default: for a quantized target, whose bf16 activations need it)
         if tokenizer is None:
             tokenizer = load_tokenizer(spec.tokenizer_dir)
-        a, method = spec.speculative.adaptive, methods.get(spec.method)
-        k = spec.speculative.num_draft_tokens if method.drafts else 0
-        return cls(target, method.proposer(spec, spec.runtime.device), tokenizer, max_batch_size=lim.max_batch_size,
+        a = spec.speculative.adaptive
+        k = spec.speculative.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
+        return cls(target, proposer, tokenizer, max_batch_size=lim.max_batch_size,
                    max_input_len=lim.max_input_len, max_output_len=lim.max_output_len, num_draft_tokens=k,
                    adaptive=AdaptiveConfig(a.enabled, a.min_draft_tokens, a.history, a.fallback_acceptance),
                    name=spec.model.name, schedule=spec.speculative.schedule,

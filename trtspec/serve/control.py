@@ -19,6 +19,7 @@ from typing import Any
 
 from trtspec.errors import ServeError
 from trtspec.repository.server_flags import admin_headers
+from trtspec.runtime.stats import acceptance_rate, tokens_per_step
 
 LOADED = ("READY", "UNLOADING", "LOADING")  # states of a model that is not (yet) gone
 REVISION_PARAM = "trtspec_revision"  # config parameter: the deploy revision a model was loaded from
@@ -173,8 +174,6 @@ def spec_metrics(samples: list[tuple[str, dict[str, str], float]]) -> dict[str, 
     deployment's name and method) requests, tokens, acceptance, tokens per step and per-position acceptance
     (definitions as trtspec.runtime.stats); for Triton's nv_inference_* families (labelled with Triton's model
     names) inferences, failures and the average queue time."""
-    from trtspec.runtime.stats import acceptance_rate, tokens_per_step
-
     raw: dict[str, dict[str, Any]] = {}
     for name, labels, value in samples:
         if name.startswith("nv_") and name.endswith("_total"):
@@ -219,8 +218,6 @@ def spec_metrics(samples: list[tuple[str, dict[str, str], float]]) -> dict[str, 
 
 def _drafter_row(d: dict[str, float]) -> dict[str, Any]:
     """One drafter of a routed deployment: its steps, tokens and acceptance (spec_dec_drafter_* families)."""
-    from trtspec.runtime.stats import acceptance_rate, tokens_per_step
-
     steps = d.get("spec_dec_drafter_steps_total", 0.0)
     drafted, accepted = d.get("spec_dec_drafter_draft_tokens_total", 0.0), d.get("spec_dec_drafter_accepted_tokens_total", 0.0)
     return {"steps": int(steps), "draft_tokens": int(drafted), "accepted_tokens": int(accepted),

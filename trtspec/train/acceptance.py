@@ -85,7 +85,8 @@ def measure_family(root: Path, prompts: list[list[int]], n_new: int, plans: dict
     (prefill counted), acc = accepted / drafted, and how many outputs equal the runtime's plain decoding
     (they all must)."""
     from trtspec.artifacts.tokenizer import load_tokenizer
-    from trtspec.runtime import SamplingParams, SpecEngine
+    from trtspec import methods
+    from trtspec.runtime import SamplingParams
     from trtspec.spec import spec_from_dict
 
     tok = load_tokenizer(root / "target")
@@ -100,7 +101,7 @@ def measure_family(root: Path, prompts: list[list[int]], n_new: int, plans: dict
                 "limits": {"max_batch_size": 1, "max_input_len": max(len(p) for p in prompts),
                            "max_output_len": n_new},
                 "runtime": {"kind": "torch", "device": "cpu"}}, base=root)
-            engine = SpecEngine.from_spec(spec, tokenizer=tok)
+            engine = methods.engine(spec, tokenizer=tok)
             try:
                 if reference is None:
                     plain = SamplingParams(max_new_tokens=n_new, end_id=-1, num_draft_tokens=0)

@@ -23,7 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from trtspec.artifacts.heads import vocab_tensors
 from trtspec.artifacts.hf import ModelConfig
+from trtspec.runtime.llama import apply_rope, rope_tables
 
 DECAY = 0.8  # SpecForge ploss_decay, EA main.py ploss_weight = 0.8 ** i
 
@@ -65,9 +67,6 @@ class Eagle3Head(nn.Module):
 
     def __init__(self, layer: ModelConfig, target_hidden: int, draft_vocab: Tensor, embed: Tensor,
                  max_positions: int = 4096):
-        from trtspec.artifacts.heads import vocab_tensors
-        from trtspec.runtime.llama import rope_tables
-
         super().__init__()
         self.c = layer
         H = layer.hidden_size
@@ -116,7 +115,6 @@ class Eagle3Head(nn.Module):
         values: list[Tensor] = []
         causal = torch.ones(T, T, dtype=torch.bool, device=feats.device).tril()
         outs = []
-        from trtspec.runtime.llama import apply_rope
 
         for k, tokens in enumerate(step_tokens):
             e = self._norm(F.embedding(tokens, self.embed), mid.input_layernorm)

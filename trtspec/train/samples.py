@@ -70,7 +70,7 @@ def target_engine(target: Path, spec_extra: dict[str, Any], batch: int, max_in: 
                   tok):
     """A SpecEngine on the target (torch runtime, float32) with the speculative section `spec_extra`
     (none: plain decoding)."""
-    from trtspec.runtime import SpecEngine
+    from trtspec import methods
     from trtspec.spec import spec_from_dict
 
     spec = spec_from_dict({
@@ -78,7 +78,7 @@ def target_engine(target: Path, spec_extra: dict[str, Any], batch: int, max_in: 
         "speculative": {"method": "none", **spec_extra},
         "limits": {"max_batch_size": batch, "max_input_len": max_in, "max_output_len": max_out},
         "runtime": {"kind": "torch", "device": device}})
-    return SpecEngine.from_spec(spec, tokenizer=tok)
+    return methods.engine(spec, tokenizer=tok)
 
 
 def make_data(work: Path, target: Path, cfg: TrainConfig, tok, report: Reporter, log) -> dict[str, Any]:

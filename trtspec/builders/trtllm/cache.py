@@ -20,7 +20,7 @@ from trtspec.artifacts import manifest
 from trtspec.artifacts.fs import content_only, digest, file_digests, list_files
 from trtspec.artifacts.manifest import now  # noqa: F401  (the engines' built_at)
 from trtspec.builders.lock import LOCK_NAME, read_lock
-from trtspec.builders.trtllm.plan import BuildPlan, BuildStep
+from trtspec.builders.trtllm.plan import BuildPlan, BuildStep, make_plan
 
 CONVERT_MANIFEST = manifest.FILE_NAMES[manifest.CONVERT]
 
@@ -120,12 +120,10 @@ def check_engine_compat(engine_dir: str | Path, server_trtllm_version: str) -> l
 # ----------------------------------------------------------------------- CI helper
 
 
-def spec_engine_keys(spec, engines_root: Path = Path("engines")) -> dict[str, str]:
-    """{role: engine cache key} for a spec whose checkpoints are already converted (CPU only):
-    CI computes it after `trtspec convert` to key its engine cache (see ci/)."""
-    from trtspec.builders.trtllm.plan import make_plan
-
-    plan = make_plan(spec, engines_root=engines_root)
+def spec_engine_keys(spec, method, engines_root: Path = Path("engines")) -> dict[str, str]:
+    """{role: engine cache key} for a spec (and its method's row: builders/trtllm/method.py) whose checkpoints
+    are already converted (CPU only): CI computes it after `trtspec convert` to key its engine cache (see ci/)."""
+    plan = make_plan(spec, method, engines_root=engines_root)
     keys = {}
     for step in plan.steps:
         ckpt = Path(step.checkpoint_dir)

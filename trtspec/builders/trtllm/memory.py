@@ -28,8 +28,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from trtspec import methods
 from trtspec.artifacts.hf import ModelConfig
+from trtspec.builders.trtllm.method import EngineMethod
 from trtspec.convert.mapping import pp_layers
 from trtspec.errors import ConvertError, ModelError
 from trtspec.spec import Spec
@@ -144,7 +144,7 @@ def kv_per_token(cfg: ModelConfig, layers: int, tp: int, nbytes: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class HeadSizes:
-    """What a method's heads add to the target engine (its `memory_extras`)."""
+    """What a method's heads add to the target engine (its row's `memory_extras`)."""
 
     params: int           # whole heads
     last_stage: float     # params per rank on the target's last pipeline stage
@@ -161,7 +161,7 @@ class _Sizes:
     vocab: int
 
 
-def _model_sizes(spec: Spec, role: str, tp: int, pp: int) -> _Sizes:
+def _model_sizes(spec: Spec, method: EngineMethod, role: str, tp: int, pp: int) -> _Sizes:
     nbytes = DTYPE_BYTES[spec.trtllm_dtype]
     model_dir = Path(spec.model.target if role == "target" else spec.speculative.draft)
     cfg = ModelConfig.from_dir(model_dir)
@@ -170,7 +170,7 @@ def _model_sizes(spec: Spec, role: str, tp: int, pp: int) -> _Sizes:
     vpad = -(-V // tp) * tp
     total = V * H + L * layer_total + H + (0 if cfg.tie_word_embeddings else V * H)
     extra_last, extra_kv = 0.0, 0
-    if role == "target" and (heads := methods.get(spec.method).memory_extras(spec, cfg, tp, nbytes)) is not None:
+    if role == "target" and (heads := method.memory_extras(spec, cfg, tp, nbytes)) is not None:
         total += heads.params
         extra_last, extra_kv = heads.last_stage, heads.kv
     per_layer = per_rank_layer(cfg, tp)
@@ -202,35 +202,38 @@ def _runtime_bytes(spec: Spec, s: _Sizes, tp: int, draft_len: int) -> int:
 # ------------------------------------------------------------------------------ the plan
 
 
-def memory_plan(spec: Spec, *, gpu_memory_bytes: int | None = None) -> MemoryPlan:
-    """The memory plan for a trtllm runtime spec (reads only config.json files).
+def memory_plan(spec: Spec, method: EngineMethod, *, gpu_memory_bytes: int | None = None) -> MemoryPlan:
+    """The memory plan for a trtllm runtime spec and its method's engines (the trtllm-engine runtime's row,
+    trtspec/backends/trtllm_engine_methods.py, which both TensorRT-LLM runtimes size with); reads only
+    config.json files.
 
     Problems (model does not fit, KV cache smaller than a full batch, unreadable configs) are
     listed in `.problems`, never raised, so `trtspec check` can print them with the rest.
     """
-    from trtspec.builders.trtllm.plan import roles, tp_pp
+    from trtspec.builders.trtllm.plan import tp_pp
 
     mem = gpu_memory_bytes if gpu_memory_bytes is not None else GPU_MEMORY.get(spec.gpu.type)
     problems: list[str] = []
     notes: list[str] = []
     u = spec.runtime.trtllm.kv_cache_free_gpu_mem_fraction or DEFAULT_FRACTION
     try:
-        draft_len = methods.get(spec.method).max_draft_len(spec)
+        draft_len = method.max_draft_len(spec)
     except (ConvertError, ModelError):  # an unreadable heads config: sizing the target names the problem
         draft_len = spec.speculative.num_draft_tokens
     needed = spec.limits.max_batch_size * (spec.limits.max_seq_len + draft_len)
     sizes: dict[str, _Sizes] = {}
-    for role in roles(spec):
+    roles = method.engine_roles(spec)
+    for role in roles:
         tp, pp = tp_pp(spec, role)
         try:
-            sizes[role] = _model_sizes(spec, role, tp, pp)
+            sizes[role] = _model_sizes(spec, method, role, tp, pp)
         except ModelError as exc:
             problems.append(f"{role}: cannot size the model: {getattr(exc, 'message', exc)!s}")
     ws = spec.world_size
     target_devices = list(range(ws))
     shared = False
     devices = {"target": target_devices}
-    if "draft" in roles(spec):
+    if "draft" in roles:
         tp = spec.gpu.tensor_parallel
         if spec.gpu.count >= ws + tp:
             devices["draft"] = list(range(ws, ws + tp))

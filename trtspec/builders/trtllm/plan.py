@@ -1,7 +1,8 @@
 """The `trtllm-build` plan: the exact command line for every engine a spec needs.
 
-Flags per method (reference/tensorrt-llm.md §2.3-2.6, §6; each method's module, trtspec/methods/, owns its
-engines and flags: `engine_roles`, `build_flags`):
+Flags per method (TensorRT-LLM's examples/<method>/README.md; the trtllm-engine runtime's method table,
+trtspec/backends/trtllm_engine_methods.py, owns each method's engines and flags and the caller passes the
+spec's row in: `engine_roles`, `build_flags`):
 
     all           --checkpoint_dir --output_dir --gemm_plugin <dtype> --max_batch_size --max_input_len
                   --max_seq_len (input + output; the builder adds max_draft_len itself) --workers
@@ -24,9 +25,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from trtspec import methods
+from trtspec.builders.trtllm.method import EngineMethod
 from trtspec.errors import BuildError
-from trtspec.spec import Spec
+from trtspec.spec import Spec, raise_first
 
 GPU_ARCH = {"h100": "sm90", "h200": "sm90", "cpu": "none"}
 # Flags whose value is a path: not part of the engine's content hash (the content is hashed instead).
@@ -99,10 +100,6 @@ class BuildPlan:
         return d
 
 
-def roles(spec: Spec) -> list[str]:
-    return list(methods.get(spec.method).engine_roles(spec))
-
-
 def tp_pp(spec: Spec, role: str) -> tuple[int, int]:
     """The draft runs with the target's tensor parallelism and no pipeline parallelism."""
     if role == "draft":
@@ -110,15 +107,14 @@ def tp_pp(spec: Spec, role: str) -> tuple[int, int]:
     return spec.gpu.tensor_parallel, spec.gpu.pipeline_parallel
 
 
-def build_flags(spec: Spec, role: str, checkpoint_dir: str, output_dir: str) -> list[str]:
+def build_flags(spec: Spec, method: EngineMethod, role: str, checkpoint_dir: str, output_dir: str) -> list[str]:
     lim = spec.limits
     tp, pp = tp_pp(spec, role)
     flags = ["--checkpoint_dir", checkpoint_dir, "--output_dir", output_dir,
              "--gemm_plugin", spec.trtllm_dtype,
              "--max_batch_size", str(lim.max_batch_size), "--max_input_len", str(lim.max_input_len),
              "--max_seq_len", str(lim.max_seq_len), "--workers", str(tp * pp)]
-    method = methods.get(spec.method)
-    methods.raise_first(method.engine_problems(spec), BuildError)  # a method without engines, a rule it breaks
+    raise_first(method.engine_problems(spec), BuildError)  # a method without engines, a rule it breaks
     flags += method.build_flags(spec, role)
     extra = list(spec.runtime.trtllm.extra_build_args)
     clash = sorted({a.split("=", 1)[0] for a in extra if a.split("=", 1)[0] in OWNED_FLAGS})
@@ -154,15 +150,16 @@ def command_prefix(spec: Spec, command: str | None, mounts: list[Path], label: s
     return argv
 
 
-def make_plan(spec: Spec, *, engines_root: Path = Path("engines"), checkpoints_dir: Path | None = None,
-              trtllm_build: str | None = None) -> BuildPlan:
-    """The build plan for a spec; paths are absolute so the commands run from anywhere."""
+def make_plan(spec: Spec, method: EngineMethod, *, engines_root: Path = Path("engines"),
+              checkpoints_dir: Path | None = None, trtllm_build: str | None = None) -> BuildPlan:
+    """The build plan for a spec and its method's row (trtspec/backends/trtllm_engine_methods.py); paths are
+    absolute so the commands run from anywhere."""
     root = (Path(engines_root) / spec.name).resolve()
     ckpts = Path(checkpoints_dir).resolve() if checkpoints_dir else root / "checkpoints"
     steps = []
-    for role in roles(spec):
+    for role in method.engine_roles(spec):
         ckpt, out = ckpts / role, root / role
-        flags = build_flags(spec, role, str(ckpt), str(out))
+        flags = build_flags(spec, method, role, str(ckpt), str(out))
         prefix = command_prefix(spec, trtllm_build, [ckpt, root], label=f"{spec.name}-{role}")
         steps.append(BuildStep(role, str(ckpt), str(out), tuple(flags), tuple(prefix + flags)))
     t = spec.runtime.trtllm

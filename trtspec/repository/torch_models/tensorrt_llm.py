@@ -256,9 +256,9 @@ class TritonPythonModel:
             import torch
 
             torch.cuda.set_device(int(args.get("model_instance_device_id", 0)))
-        from trtspec.runtime import SpecEngine
+        from trtspec import methods  # (this model is its process's composition point: the spec's proposer)
 
-        self.engine = SpecEngine.from_spec(spec)
+        self.engine = methods.engine(spec)
         self.tokenizer = self.engine.tokenizer
         self.boundary = detok.boundary_tokens(self.tokenizer)
         self.limits = spec.limits

@@ -1,11 +1,14 @@
 """Triton repositories for the TensorRT-LLM runtimes (owned by the trtllm builders).
 
-    render_engine_repository(spec, engine_dirs=..., memory=...)  inflight_batcher_llm layout
-    render_llmapi_repository(spec)                                llmapi model + model.yaml
-    mpirun_command / llmapi_command(spec, repo_dir)               server argv, inside the container (each
-                                                                  trtllm backend picks its own: backends.launch_command)
-    install_upstream_files(repo_dir)                              NVIDIA's model.py from the container
-    relocate_repository(repo_dir, engines=..., tokenizer=...)     re-point paths (serving images)
+    render_engine_repository(spec, method, engine_dirs=..., memory=...)   inflight_batcher_llm layout
+    render_llmapi_repository(spec, ...)                                    llmapi model + model.yaml
+    mpirun_command(spec, method, ...) / llmapi_command(spec, ...)          server argv, inside the container
+                                          (each trtllm backend picks its own: backends.launch_command)
+    install_upstream_files(repo_dir)                                       NVIDIA's model.py from the container
+    relocate_repository(repo_dir, engines=..., tokenizer=...)              re-point paths (serving images)
+
+`method` is the spec's method's row of the trtllm-engine runtime's table (trtspec/backends/
+trtllm_engine_methods.py), which the backend passes in.
 """
 
 from trtspec.repository.trtllm.common import MANIFEST, read_manifest, write_files

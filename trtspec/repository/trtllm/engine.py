@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from trtspec import methods
 from trtspec.errors import RepositoryError
 from trtspec.repository import pbtxt
 from trtspec.repository.trtllm import io
 from trtspec.repository.trtllm.common import (CONTAINER_MODELS, add_rows, cpu_instances, dynamic_batching, render)
 from trtspec.spec import Spec
 
-if TYPE_CHECKING:  # (the builders pass the plan in: a repository does not reach up to them)
+if TYPE_CHECKING:  # (the builders pass the memory plan and the method's row in: a repository does not reach up)
     from trtspec.builders.trtllm.memory import MemoryPlan
+    from trtspec.builders.trtllm.method import EngineMethod
 
 FLAVOUR = "trtllm-engine"
 TEMPLATE_GROUP = "inflight_batcher_llm"
@@ -78,23 +78,17 @@ TEMPLATE_DRIFT = {
 
 
 
-def fast_logits(spec: Spec) -> bool:
-    """Draft logits go straight from the draft to the target executor (orchestrator mode,
-    spawned processes disabled, explicit participant_ids): the method says (draft-model's use_draft_logits)."""
-    return methods.get(spec.method).fast_logits(spec)
-
-
 def participants(spec: Spec) -> dict[str, list[int]]:
     """MPI ranks per model in fast-logits mode: 0 = orchestrator, then the draft, then the target."""
     tp, ws = spec.gpu.tensor_parallel, spec.world_size
     return {DRAFT: list(range(1, 1 + tp)), TARGET: list(range(1 + tp, 1 + tp + ws))}
 
 
-def engine_max_seq_len(spec: Spec, role: str) -> int:
+def engine_max_seq_len(spec: Spec, method: EngineMethod, role: str) -> int:
     """What trtllm-build makes max_seq_len: input + output, + what the method adds to the target
-    (max_draft_len, + num_eagle_layers for EAGLE; reference §2.2)."""
+    (max_draft_len, + num_eagle_layers for EAGLE: TensorRT-LLM's build config)."""
     n = spec.limits.max_seq_len
-    return n + methods.get(spec.method).extra_seq_len(spec) if role == "target" else n
+    return n + method.extra_seq_len(spec) if role == "target" else n
 
 
 def _csv(ids: list[int]) -> str:
@@ -105,9 +99,11 @@ def _bool(v: bool) -> str:
     return "true" if v else "false"
 
 
-def llm_parameters(spec: Spec, role: str, engine_dir: str, tokenizer_dir: str, memory: MemoryPlan) -> dict[str, Any]:
-    """Every `${...}` parameter of tensorrt_llm/config.pbtxt that we set, for target or draft."""
-    method = methods.get(spec.method)
+def llm_parameters(spec: Spec, method: EngineMethod, role: str, engine_dir: str, tokenizer_dir: str,
+                   memory: MemoryPlan) -> dict[str, Any]:
+    """Every `${...}` parameter of tensorrt_llm/config.pbtxt that we set, for target or draft. Draft logits go
+    straight from the draft to the target executor when the method says so (`fast_logits`: orchestrator mode,
+    spawned processes disabled, explicit participant_ids)."""
     dtm = method.draft_engine(spec)
     mm = memory.model(role)
     reuse = method.paged_context_fmha  # engines built with --use_paged_context_fmha enable
@@ -116,7 +112,7 @@ def llm_parameters(spec: Spec, role: str, engine_dir: str, tokenizer_dir: str, m
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
         "gpt_model_type": "inflight_fused_batching",
         "gpt_model_path": engine_dir,
-        "max_attention_window_size": str(engine_max_seq_len(spec, role)),
+        "max_attention_window_size": str(engine_max_seq_len(spec, method, role)),
         "batch_scheduler_policy": "guaranteed_no_evict",
         "kv_cache_free_gpu_mem_fraction": f"{mm.kv_cache_free_gpu_mem_fraction:g}",
         "kv_cache_host_memory_bytes": "0",
@@ -189,13 +185,12 @@ def _postprocessing(spec: Spec, tokenizer_dir: str) -> mc.ModelConfig:
     return cfg
 
 
-def _bls(spec: Spec, decoupled: bool) -> mc.ModelConfig:
+def _bls(spec: Spec, decoupled: bool, draft: bool) -> mc.ModelConfig:
     cfg = mc.ModelConfig(name=BLS, backend="python", max_batch_size=spec.limits.max_batch_size)
     cfg.model_transaction_policy.decoupled = decoupled
     add_rows(cfg, io.BLS_INPUTS, io.TEXT_OUTPUTS, TYPES)
     pbtxt.set_parameters(cfg, {"accumulate_tokens": "false", "tensorrt_llm_model_name": TARGET,
-                               "tensorrt_llm_draft_model_name": DRAFT if methods.get(spec.method).draft_engine(spec)
-                               else "",
+                               "tensorrt_llm_draft_model_name": DRAFT if draft else "",
                                "multimodal_encoders_name": ""})
     cpu_instances(cfg, spec.serving.instances)
     return cfg
@@ -216,27 +211,28 @@ def _ensemble(spec: Spec) -> mc.ModelConfig:
     return cfg
 
 
-def render_engine_repository(spec: Spec, *, engine_dirs: dict[str, str], memory: MemoryPlan,
+def render_engine_repository(spec: Spec, method: EngineMethod, *, engine_dirs: dict[str, str], memory: MemoryPlan,
                              tokenizer_dir: str | None = None) -> dict[str, str]:
-    """{relative path: text} of the whole repository (nothing is written)."""
+    """{relative path: text} of the whole repository (nothing is written) for the spec and its method's row
+    (trtspec/backends/trtllm_engine_methods.py)."""
     if spec.serving.ensemble_name in (PRE, POST, TARGET, DRAFT, BLS):
         raise RepositoryError(f"serving.ensemble_name {spec.serving.ensemble_name!r} clashes with a model name",
                               hint="choose another ensemble name")
     if memory.problems and any("cannot size" in p for p in memory.problems):
         raise RepositoryError(f"memory plan incomplete: {memory.problems[0]}", hint="fix the checkpoint paths")
     tok = str(Path(tokenizer_dir or spec.tokenizer_dir).resolve())
-    dtm = methods.get(spec.method).draft_engine(spec)
+    dtm = method.draft_engine(spec)
     decoupled = spec.serving.streaming and not dtm
     configs: dict[str, mc.ModelConfig] = {
         PRE: _preprocessing(spec, tok, engine_dirs["target"]),
-        TARGET: _llm_config(spec, TARGET, decoupled, llm_parameters(spec, "target", engine_dirs["target"], tok,
-                                                                    memory)),
+        TARGET: _llm_config(spec, TARGET, decoupled, llm_parameters(spec, method, "target", engine_dirs["target"],
+                                                                    tok, memory)),
     }
     if dtm:
         configs[DRAFT] = _llm_config(spec, DRAFT, False,
-                                     llm_parameters(spec, "draft", engine_dirs["draft"], tok, memory))
+                                     llm_parameters(spec, method, "draft", engine_dirs["draft"], tok, memory))
     configs[POST] = _postprocessing(spec, tok)
-    configs[BLS] = _bls(spec, decoupled)
+    configs[BLS] = _bls(spec, decoupled, dtm)
     configs[spec.serving.ensemble_name] = _ensemble(spec)
     upstream = {m: [f"{CONTAINER_MODELS}/{TEMPLATE_GROUP}/{m}/{f}" for f in files] for m, files in
                 UPSTREAM_FILES.items()}
@@ -251,7 +247,7 @@ def render_engine_repository(spec: Spec, *, engine_dirs: dict[str, str], memory:
                                   "TRT-LLM container), or the cp lines in ci/Dockerfile"},
         "omitted_parameters": OMITTED_PARAMETERS,
         "template_drift": TEMPLATE_DRIFT,
-        "fast_logits": fast_logits(spec),
+        "fast_logits": method.fast_logits(spec),
         "trtllm_version": spec.runtime.trtllm.version,
         "memory": memory.to_dict(),
     }

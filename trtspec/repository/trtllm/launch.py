@@ -1,7 +1,7 @@
 """The server command lines for the trtllm repositories, to run INSIDE the Triton TRT-LLM container.
 
 Each trtllm backend (trtspec.backends) picks its own: `mpirun_command` (trtllm-engine) returns the same
-command TensorRT-LLM's `scripts/launch_triton_server.py` builds (reference §3.7; TensorRT-LLM
+command TensorRT-LLM's `scripts/launch_triton_server.py` builds (TensorRT-LLM
 `triton_backend/scripts/launch_triton_server.py`), but as a foreground process the caller owns (the
 script itself `Popen`s and returns at once); `llmapi_command` (trtllm-llmapi) is that script's world-size-1
 command, the way TensorRT-LLM's llmapi docs launch it (tensorrtllm_backend docs/llmapi.md):
@@ -39,13 +39,16 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from trtspec import methods
 from trtspec.errors import RepositoryError
 from trtspec.repository.server_flags import ADMIN_KEY_ENV, bind_args, restricted_args
 from trtspec.repository.trtllm.common import CONTAINER_LAUNCH
-from trtspec.repository.trtllm.engine import DRAFT, TARGET, fast_logits
+from trtspec.repository.trtllm.engine import DRAFT, TARGET
 from trtspec.spec import Spec
+
+if TYPE_CHECKING:  # (the backend passes the method's row in)
+    from trtspec.builders.trtllm.method import EngineMethod
 
 TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
 BIND_HOST_ENV = "TRTSPEC_BIND_HOST"
@@ -56,10 +59,10 @@ _REFS = {ADMIN_KEY_REF: '"${%s:?set %s: the key of the restricted model-reposito
          HOST_REF: '"${%s:-127.0.0.1}"' % BIND_HOST_ENV}
 
 
-def mpirun_world_size(spec: Spec) -> int:
+def mpirun_world_size(spec: Spec, method: EngineMethod) -> int:
     """MPI processes `mpirun_command` starts (what launch_triton_server.py calls --world_size)."""
-    if methods.get(spec.method).draft_engine(spec):
-        return 1 + spec.gpu.tensor_parallel + spec.world_size if fast_logits(spec) else 1
+    if method.draft_engine(spec):
+        return 1 + spec.gpu.tensor_parallel + spec.world_size if method.fast_logits(spec) else 1
     return spec.world_size
 
 
@@ -97,21 +100,22 @@ def llmapi_command(spec: Spec, repo_dir: str | Path, *, tritonserver: str = TRIT
             "--disable-auto-complete-config", "--backend-config=python,shm-region-prefix-name=prefix0_"]
 
 
-def mpirun_command(spec: Spec, repo_dir: str | Path, *, tritonserver: str = TRITONSERVER,
+def mpirun_command(spec: Spec, method: EngineMethod, repo_dir: str | Path, *, tritonserver: str = TRITONSERVER,
                    http_port: int | None = None, grpc_port: int | None = None, metrics_port: int | None = None,
                    log_file: str | None = None, host: str = "127.0.0.1",
                    admin_key: str | None = ADMIN_KEY_REF) -> list[str]:
     """argv that serves the engine repository `repo_dir` under mpirun, one tritonserver per rank (see the
-    module docstring); `host` and `admin_key` as in `llmapi_command`."""
+    module docstring; `method`: the spec's method's row, trtspec/backends/trtllm_engine_methods.py); `host` and
+    `admin_key` as in `llmapi_command`."""
     ports = _ports(spec, http_port, grpc_port, metrics_port)
-    if methods.get(spec.method).draft_engine(spec) and ports[1] != 8001:
+    dtm = method.draft_engine(spec)
+    if dtm and ports[1] != 8001:
         raise RepositoryError(f"draft-model serving needs gRPC on port 8001 inside the container (got {ports[1]}): "
                               "the BLS model reads model configs from localhost:8001",
                               hint="keep grpc 8001 in the container and publish it elsewhere (docker -p)")
     args, log_args = _server_args(spec, repo_dir, ports, host, admin_key, log_file)
-    dtm = methods.get(spec.method).draft_engine(spec)
-    spawn = dtm and not fast_logits(spec)
-    world = mpirun_world_size(spec)
+    spawn = dtm and not method.fast_logits(spec)
+    world = mpirun_world_size(spec, method)
     trtllm_models = [TARGET, DRAFT] if dtm else [TARGET]
     cmd: list[str] = []
     if dtm:
@@ -174,14 +178,14 @@ exec {launch_shell(cmd)}
 """
 
 
-def launch_script_command(spec: Spec, repo_dir: str | Path) -> list[str]:
+def launch_script_command(spec: Spec, method: EngineMethod, repo_dir: str | Path) -> list[str]:
     """The equivalent call of the container's launch_triton_server.py for an engine repository (returns at
     once; for docs/CMD)."""
-    cmd = ["python3", CONTAINER_LAUNCH, f"--model_repo={Path(repo_dir)}", f"--world_size={mpirun_world_size(spec)}",
-           f"--http_port={spec.serving.http_port}", f"--grpc_port={spec.serving.grpc_port}",
+    cmd = ["python3", CONTAINER_LAUNCH, f"--model_repo={Path(repo_dir)}",
+           f"--world_size={mpirun_world_size(spec, method)}", f"--http_port={spec.serving.http_port}", f"--grpc_port={spec.serving.grpc_port}",
            f"--metrics_port={spec.serving.metrics_port}"]
-    if methods.get(spec.method).draft_engine(spec):
+    if method.draft_engine(spec):
         cmd += ["--multi-model", f"--tensorrt_llm_model_name={TARGET},{DRAFT}"]
-        if fast_logits(spec):
+        if method.fast_logits(spec):
             cmd.append("--disable-spawn-processes")
     return cmd

@@ -1,17 +1,18 @@
 """The `trtllm-llmapi` repository: one python-backend model `tensorrt_llm` whose `1/model.yaml`
-holds the `LLM(...)` arguments, `speculative_config` included, and `triton_config`
-(reference/tensorrt-llm.md §4.3). No engine is built: the PyTorch backend loads HF checkpoints.
+holds the `LLM(...)` arguments, `speculative_config` included, and `triton_config` (NVIDIA/TensorRT-LLM
+`triton_backend/all_models/llmapi/tensorrt_llm/1/model.yaml`). No engine is built: the PyTorch backend loads HF
+checkpoints.
 
-    method        speculative_config (each method's module says: `llmapi_options`, trtspec/methods/, in the
-                  canonical spelling; `backends.llmapi_spelling(runtime.trtllm.version)` turns it into the one
-                  that TensorRT-LLM version parses: for 1.x DraftTarget, Eagle + eagle3_one_model,
-                  speculative_model_dir; trtspec/backends/trtllm_versions.py says what was verified)
+    method        speculative_config (the runtime's method table says, trtspec/backends/trtllm_llmapi_methods.py,
+                  and the backend passes it in as `method_args`, spelled for runtime.trtllm.version: for 1.x
+                  DraftTarget, Eagle + eagle3_one_model, speculative_model_dir; trtspec/backends/
+                  trtllm_versions.py says what was verified)
     draft-model   decoding_type: Draft_Target, max_draft_len: K, speculative_model: <draft dir>
     eagle         decoding_type: Eagle3, max_draft_len: K, speculative_model: <heads dir>  (EAGLE-3 heads only)
     none          (none)
     medusa        refused: the PyTorch backend does not support Medusa (TensorRT engine path only)
-    ngram         decoding_type: NGram (prompt-lookup n-gram drafting), see methods/ngram.ngram_config
-    suffix        decoding_type: SA (TensorRT-LLM >= 1.3.0rc27; refused before), see methods/suffix.py
+    ngram         decoding_type: NGram (prompt-lookup n-gram drafting)
+    suffix        decoding_type: SA (TensorRT-LLM >= 1.3.0rc27; refused before)
     lookahead     refused: LookaheadDecodingConfig is TensorRT-engine only (use runtime trtllm-engine)
 
 `1/model.py` and `1/helpers.py` come from the container (/app/all_models/llmapi/tensorrt_llm/1/). Relocatable:
@@ -31,7 +32,6 @@ from importlib import resources
 import yaml
 from tritonclient.grpc import model_config_pb2 as mc
 
-from trtspec import backends, methods
 from trtspec.repository.trtllm import io
 from trtspec.repository.trtllm.common import CONTAINER_MODELS, add_rows, cpu_instances, render
 from trtspec.spec import Spec, draft_len_schedule
@@ -42,22 +42,15 @@ UPSTREAM_FILES = {MODEL: ["1/model.py", "1/helpers.py"]}
 ENTRY = "trtspec_model.py"  # trtspec's entry point (llmapi_model.py), which loads the container's model.py
 
 
-def speculative_config(spec: Spec) -> dict[str, Any] | None:
-    """The method's speculative_config (None: plain decoding); a method the LLM API cannot serve is a
-    RepositoryError saying why. Spelled for the spec's TensorRT-LLM version."""
-    sc = methods.get(spec.method).llmapi_options(spec).get("speculative_config")
-    return None if sc is None else backends.llmapi_spelling(spec.runtime.trtllm.version).apply(sc)
-
-
 def _where(path: Path, repo_dir: Path | None) -> str:
     """A checkpoint path as model.yaml holds it: relative to the repository `repo_dir` (None: absolute)."""
     path = Path(path).resolve()
     return str(path) if repo_dir is None else os.path.relpath(path, Path(repo_dir).resolve())
 
 
-def model_yaml(spec: Spec, repo_dir: Path | None = None) -> dict[str, Any]:
-    """The LLM(...) arguments; checkpoint paths relative to `repo_dir` when given (trtspec_model.py resolves
-    them), else absolute."""
+def model_yaml(spec: Spec, method_args: dict[str, Any], repo_dir: Path | None = None) -> dict[str, Any]:
+    """The LLM(...) arguments, with the method's (`method_args`: speculative_config, ...); checkpoint paths
+    relative to `repo_dir` when given (trtspec_model.py resolves them), else absolute."""
     lim = spec.limits
     data: dict[str, Any] = {
         "model": _where(spec.model.target, repo_dir),
@@ -71,9 +64,9 @@ def model_yaml(spec: Spec, repo_dir: Path | None = None) -> dict[str, Any]:
         "max_seq_len": lim.max_seq_len,
         "kv_cache_config": {"free_gpu_memory_fraction": spec.runtime.trtllm.kv_cache_free_gpu_mem_fraction or 0.9},
     }
-    data.update(methods.get(spec.method).llmapi_options(spec))  # speculative_config, ...
+    data.update(method_args)  # speculative_config (spelled for the version), ...
     if data.get("speculative_config"):
-        sc = backends.llmapi_spelling(spec.runtime.trtllm.version).apply(data["speculative_config"])
+        sc = dict(data["speculative_config"])
         for key in ("speculative_model", "speculative_model_dir"):
             if sc.get(key):
                 sc[key] = _where(Path(sc[key]), repo_dir)
@@ -92,15 +85,16 @@ def entry_source() -> str:
     return resources.files("trtspec.repository.trtllm").joinpath("llmapi_model.py").read_text(encoding="utf-8")
 
 
-def render_llmapi_repository(spec: Spec, repo_dir: Path | None = None) -> dict[str, str]:
-    """The repository's files; written for `repo_dir`, its checkpoint paths are relative to it. The config is
+def render_llmapi_repository(spec: Spec, method_args: dict[str, Any], repo_dir: Path | None = None) -> dict[str, str]:
+    """The repository's files for the spec and its method's LLM(...) arguments (trtspec/backends/
+    trtllm_llmapi_methods.py: llm_args); written for `repo_dir`, its checkpoint paths are relative to it. The config is
     complete (max_batch_size 0, decoupled as serving.streaming): the server runs with
     --disable-auto-complete-config, as upstream's launch_triton_server.py runs it."""
     cfg = mc.ModelConfig(name=MODEL, backend="python", default_model_filename=ENTRY, max_batch_size=0)
     cfg.model_transaction_policy.decoupled = spec.serving.streaming
     cpu_instances(cfg, 1)
     add_rows(cfg, io.LLMAPI_INPUTS, io.LLMAPI_OUTPUTS, {})
-    data = model_yaml(spec, repo_dir)
+    data = model_yaml(spec, method_args, repo_dir)
     text = ("# LLM(...) arguments for TensorRT-LLM's llmapi Triton model, written by trtspec.\n"
             "# triton_config is read by model.py; everything else is passed to tensorrt_llm.LLM.\n"
             + yaml.safe_dump(data, sort_keys=False))

@@ -13,7 +13,7 @@ from tests.support import ROOT
 from trtspec.backends import build
 from trtspec.backends.bundle import bundle
 from trtspec.backends.trtllm_engine_methods import engine_method
-from trtspec.builders.trtllm.cache import spec_engine_keys
+from trtspec.builders.trtllm.engine_cache import spec_engine_keys
 from trtspec.cli import main
 from trtspec.repository import pbtxt
 

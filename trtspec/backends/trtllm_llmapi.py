@@ -39,7 +39,7 @@ class TrtllmLlmapiBackend(TrtllmBackend):
             try:
                 llm_args(spec)
             except RepositoryError as exc:
-                report.add(PairError, [exc.message], exc.hint)
+                report.add(PairError, [f"{exc.message} (fix: {exc.hint})" if exc.hint else exc.message], exc.hint)
 
     def build(self, spec, options):
         from trtspec import methods

@@ -254,15 +254,20 @@ DIALECTS = {"from_dict": FROM_DICT.replace("DRAFTER", MODEL_DIR_FIELD).replace("
 
 def _probe(tmp_path: Path, llm_args: str) -> dict[str, str]:
     """{case label: "parses: <class>" / "refused"} of the probe run against a stand-in tensorrt_llm."""
-    from trtspec.backends.trtllm_versions import PROBE_SCRIPT, probe_command
+    from click.testing import CliRunner
 
-    assert shlex.split(probe_command()) == ["python3", "-c", PROBE_SCRIPT]
+    from trtspec.backends.trtllm_versions import PROBE_SCRIPT
+    from trtspec.cli import main
+
+    command = CliRunner().invoke(main, ["repo", "llmapi-probe"]).output  # what a user pipes into the image
+    assert shlex.split(command) == ["python3", "-c", PROBE_SCRIPT]
+    assert CliRunner().invoke(main, ["repo", "llmapi-probe", "--script"]).output == PROBE_SCRIPT + "\n"
     pkg = tmp_path / "tensorrt_llm"
     (pkg / "llmapi").mkdir(parents=True)
     (pkg / "__init__.py").write_text('__version__ = "stand-in"\n')
     (pkg / "llmapi" / "__init__.py").write_text("")
     (pkg / "llmapi" / "llm_args.py").write_text(llm_args)
-    res = subprocess.run([sys.executable, "-c", PROBE_SCRIPT], capture_output=True, text=True, timeout=60,
+    res = subprocess.run([sys.executable, *shlex.split(command)[1:]], capture_output=True, text=True, timeout=60,
                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()

@@ -83,7 +83,7 @@ def test_every_1x_spelling_is_noted_as_not_read_at_its_release(workdir):
         spelled = [n for n in _notes(res) if "speculative_config spelling" in n]
         assert len(spelled) == 1 and spelled[0].startswith(
             f"TensorRT-LLM {version}'s speculative_config spelling (decoding_type DraftTarget / Eagle, "
-            "speculative_model_dir)") and "python -m trtspec.backends.trtllm_versions" in spelled[0], res.output
+            "speculative_model_dir)") and "trtspec repo llmapi-probe" in spelled[0], res.output
     assert not [n for n in _notes(_check(workdir, "pl", METHOD_BODIES["none"])) if "spelling" in n]
 
 

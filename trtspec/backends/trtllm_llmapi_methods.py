@@ -75,8 +75,8 @@ class LlmapiMethod:
             if not row.verified:
                 out.append(f"TensorRT-LLM {v}'s speculative_config spelling (decoding_type {row.draft_target} / "
                            f"{dict(row.eagle3)['decoding_type']}, {row.drafter_key}) comes from {row.read}, not "
-                           "from that release: settle it inside the image with the probe that "
-                           "`python -m trtspec.backends.trtllm_versions` prints (docs/llmapi.md)")
+                           "from that release: settle it inside the image with `trtspec repo llmapi-probe` "
+                           "(docs/llmapi.md)")
             if spec.speculative.schedule and row.schedule is None:
                 out.append(f"whether TensorRT-LLM {v} declares draft_len_schedule (speculative.schedule) was not "
                            "verified: the same probe settles it")

@@ -143,8 +143,8 @@ def image_note(version: str, image: str) -> str | None:
 #     kept as a validation alias (TensorRT-LLM PR #10099); DecodingBaseConfig declares draft_len_schedule.
 # Not verified: any 1.x release tag, and 1.2.x (26.03-26.07) at all. The 1.2.0rc2 documentation build of llm_args
 # does not import pydantic's AliasChoices, which the alias needs, so trtspec spells 1.2 as the copies read before it.
-# The probe (PROBE_SCRIPT, run inside the image: `python -m trtspec.backends.trtllm_versions` prints the command)
-# settles a container: it says which decoding_type / drafter-key pairs its TensorRT-LLM parses.
+# The probe (PROBE_SCRIPT, run inside the image: `trtspec repo llmapi-probe` prints the command) settles a
+# container: it says which decoding_type / drafter-key pairs its TensorRT-LLM parses.
 # tests/data/upstream/trtllm_llm_args.json records the field lists read; tests/trtllm/test_llmapi_keys.py checks
 # every key trtspec writes against them.
 
@@ -250,7 +250,3 @@ def probe_command() -> str:
     import shlex
 
     return f"python3 -c {shlex.quote(PROBE_SCRIPT)}"
-
-
-if __name__ == "__main__":  # python -m trtspec.backends.trtllm_versions: print the probe command
-    print(probe_command())

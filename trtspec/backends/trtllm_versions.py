@@ -140,7 +140,9 @@ def image_note(version: str, image: str) -> str | None:
 #   - main @ 0004396720054fd8e205cbf616f21f0b57c6b412: a pydantic union discriminated on decoding_type Literals
 #     "Draft_Target", "Eagle3", "Eagle", "MTP", "NGram", "SA", "User_Provided", "SaveState", "PARD", "DFlash",
 #     "DSpark", "AUTO" (no "DraftTarget"); the drafter field is `speculative_model`, with `speculative_model_dir`
-#     kept as a validation alias (TensorRT-LLM PR #10099); DecodingBaseConfig declares draft_len_schedule.
+#     kept as a validation alias (TensorRT-LLM PR #10099); DecodingBaseConfig declares draft_len_schedule. It also
+#     keeps a private `_decoding_type_alias` "recorded during parsing": where and which other spellings main maps
+#     onto these tags (its docs call "Eagle" an alias of "Eagle3") was not read; the probe shows it.
 # Not verified: any 1.x release tag, and 1.2.x (26.03-26.07) at all. The 1.2.0rc2 documentation build of llm_args
 # does not import pydantic's AliasChoices, which the alias needs, so trtspec spells 1.2 as the copies read before it.
 # The probe (PROBE_SCRIPT, run inside the image: `trtspec repo llmapi-probe` prints the command) settles a

@@ -119,5 +119,7 @@ def run_check(spec: Spec, models: bool = True, engines: Path | None = Path("engi
         report.pair = pair.to_dict()
         report.add(PairError, [str(p) for p in pair.problems])
     report.notes.extend(methods.get(spec.method).notes(spec))
-    backends.for_spec(spec).check(spec, report, models=models, engines=engines, server_version=server_version)
+    backend = backends.for_spec(spec)
+    report.notes.extend(backend.notes(spec))  # keys the runtime drops without effect, an unverified spelling
+    backend.check(spec, report, models=models, engines=engines, server_version=server_version)
     return report

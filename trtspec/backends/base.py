@@ -7,7 +7,8 @@ and servers below need as arguments.
 
     capabilities  devices, GPU or not, how many devices (TP x PP), dtypes, `trtspec deploy`
     problems      problems(spec): what the runtime cannot run, the spec alone (trtspec.check asks);
-                  method_problems(spec): what it takes of the spec's method (its method table's refusals)
+                  method_problems(spec): what it takes of the spec's method (its method table's refusals);
+                  notes(spec): the spec keys it drops without effect (a note, never an error)
     check         check(spec, report, ...): what `trtspec check` adds (memory plan, built engines)
     build         build(spec, options): engines/<name>/ + model_repository/<name>/ (trtspec/builders/)
     repository    emit_repository(spec, repo_dir, engine_dir): the Triton repository for built engines
@@ -34,6 +35,23 @@ if TYPE_CHECKING:
     from trtspec.serve.deploy import DeployResult
 
 DEVICE_NAMES = {"cpu": "CPU", "cuda": "CUDA"}
+
+
+def written(spec: Spec, dotted: str) -> bool:
+    """Whether the spec's file wrote the key `dotted` ("speculative.ngram.candidates"): a default it never wrote
+    is no choice of the user's, so a runtime that drops it has nothing to tell."""
+    obj: Any = spec
+    for part in dotted.split("."):
+        if part not in getattr(obj, "model_fields_set", ()):
+            return False
+        obj = getattr(obj, part)
+    return True
+
+
+def dropped_notes(spec: Spec, runtime: str, dropped: dict[str, str]) -> list[str]:
+    """The notes for the keys of `dropped` (dotted key -> why the runtime drops it) the spec writes."""
+    return [f"{key} has no effect under runtime '{runtime}': {why}" for key, why in dropped.items()
+            if written(spec, key)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +105,11 @@ class Backend:
     def method_problems(self, spec: Spec) -> list[Problem]:
         """The spec's method on this runtime, as the methods registry states it (a method the runtime refuses,
         or a limit of its engines)."""
+        return []
+
+    def notes(self, spec: Spec) -> list[str]:
+        """What `trtspec check` tells about the spec on this runtime without failing: the spec keys the runtime
+        drops without effect (its method table lists them), what of its version was not verified."""
         return []
 
     def check(self, spec: Spec, report: Any, *, models: bool, engines: Path | None,

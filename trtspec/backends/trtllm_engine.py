@@ -39,6 +39,11 @@ class TrtllmEngineBackend(TrtllmBackend):
 
         return engine_method(spec).engine_problems(spec)
 
+    def notes(self, spec: Spec) -> list[str]:
+        from trtspec.backends.trtllm_engine_methods import engine_notes
+
+        return engine_notes(spec)
+
     def check(self, spec: Spec, report: Any, *, models: bool, engines: Path | None,
               server_version: str | None) -> None:
         """The legacy note, the memory plan, then built engines against the serving container's TensorRT-LLM

@@ -28,6 +28,7 @@ from pathlib import Path
 from trtspec import methods
 from trtspec.artifacts import heads as layouts
 from trtspec.artifacts.hf import ModelConfig
+from trtspec.backends.base import dropped_notes
 from trtspec.builders.trtllm.memory import HeadSizes, kv_per_token, layer_params, per_rank_layer
 from trtspec.builders.trtllm.method import DRAFT, TARGET, EngineMethod
 from trtspec.convert import trtllm_heads as head_layouts
@@ -198,6 +199,13 @@ class SuffixRefused(Refused):
     fix = "use runtime.kind = \"torch\", or \"trtllm-llmapi\" with TensorRT-LLM >= 1.3 (SA)"
 
 
+# Spec keys TensorRT-LLM engines drop without effect, for every method they draft with (`trtspec check` names
+# the ones a spec writes).
+DROPPED = {"speculative.adaptive": "TensorRT-LLM engines draft a fixed K (no per-request adaptive K)",
+           "speculative.schedule": "an engine is built for one max_draft_len (draft_len_schedule is the LLM API's: "
+                                   "runtime.kind = \"trtllm-llmapi\")"}
+
+
 ENGINE_METHODS: dict[str, type[EngineMethod]] = {
     draft_model.NAME: DraftModelEngine, medusa.NAME: MedusaEngine, eagle.NAME: EagleEngine,
     lookahead.NAME: LookaheadEngine, ngram.NAME: NgramRefused, suffix.NAME: SuffixRefused,
@@ -210,3 +218,10 @@ def engine_method(spec: Spec) -> EngineMethod:
     does not map (a plug-in, routed)."""
     m = methods.get(spec.method)
     return ENGINE_METHODS.get(m.name, EngineMethod)(m.name, m.title)
+
+
+def engine_notes(spec: Spec) -> list[str]:
+    """The DROPPED keys the spec writes, for a method the engines map and draft with."""
+    if not engine_method(spec).mapped or not methods.get(spec.method).drafts:
+        return []
+    return dropped_notes(spec, "trtllm-engine", DROPPED)

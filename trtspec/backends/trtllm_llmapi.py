@@ -22,6 +22,25 @@ class TrtllmLlmapiBackend(TrtllmBackend):
 
         return llmapi_method(spec).problems(spec)
 
+    def notes(self, spec: Spec) -> list[str]:
+        from trtspec.backends.trtllm_llmapi_methods import llmapi_method
+
+        return llmapi_method(spec).notes(spec)
+
+    def check(self, spec: Spec, report: Any, *, models: bool, engines: Path | None,
+              server_version: str | None) -> None:
+        """The shared checks, then model.yaml's arguments as build writes them, once the models are checked: what
+        the drafter asks of the TensorRT-LLM version (an EAGLE-3 head's captured layers) is a problem here."""
+        super().check(spec, report, models=models, engines=engines, server_version=server_version)
+        if models and report.pair is not None:
+            from trtspec.backends.trtllm_llmapi_methods import llm_args
+            from trtspec.errors import PairError, RepositoryError
+
+            try:
+                llm_args(spec)
+            except RepositoryError as exc:
+                report.add(PairError, [f"{exc.message} (fix: {exc.hint})" if exc.hint else exc.message], exc.hint)
+
     def build(self, spec, options):
         from trtspec import methods
         from trtspec.backends.trtllm_llmapi_methods import llm_args

@@ -1,17 +1,21 @@
 """The trtllm-llmapi runtime's method table: the `LLM(...)` arguments each method it serves adds to model.yaml
 (`speculative_config`, in the canonical spelling; `llm_args` spells it for the spec's TensorRT-LLM version,
-trtllm_versions.py), or why the LLM API cannot serve it. A method without a row (a plug-in) is refused.
+trtllm_versions.py), the spec keys it drops without effect (`trtspec check` names them in a note), or why the LLM
+API cannot serve it. A method without a row (a plug-in) is refused.
 
     draft-model   decoding_type Draft_Target, max_draft_len K, speculative_model <draft dir>; no overlap scheduler
     eagle         decoding_type Eagle3, max_draft_len K, speculative_model <heads dir>, eagle3_layers_to_capture
-                  (EAGLE-3 heads only: the PyTorch backend runs EAGLE-3, not EAGLE-1/2)
+                  (EAGLE-3 heads only: the PyTorch backend runs EAGLE-3, not EAGLE-1/2); drops speculative.choices
     ngram         decoding_type NGram (prompt lookup): max_matching_ngram_size, is_keep_all, is_use_oldest,
-                  is_public_pool
-    suffix        decoding_type SA (TensorRT-LLM's suffix automaton, documented from 1.3.0rc27; refused before)
+                  is_public_pool; drops speculative.ngram.candidates (one chain, not a trie)
+    suffix        decoding_type SA (TensorRT-LLM's suffix automaton, documented from 1.3.0rc27; refused before);
+                  cache_requests only switches the global pool; the other [speculative.suffix] knobs are dropped
     none          no speculative_config
     medusa, lookahead, routed   refused (the PyTorch backend has no Medusa or lookahead; one LLM takes one
                   speculative_config)
 
+Every drafting row drops [speculative.adaptive] (the LLM API has no per-request adaptive K) and writes
+speculative.schedule as draft_len_schedule where the version declares it (refused on 1.0/1.1).
 `llmapi_method(spec)` is the one lookup; the backend passes `llm_args(spec)` to the repository.
 """
 
@@ -25,12 +29,13 @@ from trtspec import methods
 from trtspec.artifacts import heads as layouts
 from trtspec.artifacts.fs import read_json_object
 from trtspec.artifacts.hf import CONFIG
+from trtspec.backends.base import dropped_notes
 from trtspec.backends.trtllm_engine_methods import ENGINE_METHODS
-from trtspec.backends.trtllm_versions import llmapi_spelling
+from trtspec.backends.trtllm_versions import DEFAULT_IMAGE, DEFAULT_VERSION, llmapi_spelling
 from trtspec.builders.trtllm.method import EngineMethod
 from trtspec.errors import RepositoryError
 from trtspec.methods import draft_model, eagle, lookahead, medusa, ngram, none, routed, suffix
-from trtspec.spec import Problem, Spec
+from trtspec.spec import Problem, Spec, draft_len_schedule
 
 SA_SINCE = (1, 3, 0, 27)  # TensorRT-LLM's SADecodingConfig: first documented in 1.3.0rc27
 
@@ -39,6 +44,8 @@ class LlmapiMethod:
     """A method the LLM API does not serve (the defaults), and the interface of the rows that do."""
 
     refusal: ClassVar[str | None] = "trtspec maps it to no drafter of the TensorRT-LLM LLM API"
+    # spec keys (dotted) the row drops without effect -> why; `notes` names the ones a spec writes
+    dropped: ClassVar[dict[str, str]] = {}
 
     def __init__(self, name: str):
         self.name = name
@@ -54,10 +61,37 @@ class LlmapiMethod:
     def problems(self, spec: Spec) -> list[Problem]:
         """Why the LLM API cannot serve the spec (asked by spec validation for runtime trtllm-llmapi)."""
         if self.refusal is None:
-            return []
+            return self.schedule_problems(spec)
         served = [m.name for m in methods.registered() if m.drafts and llmapi_method_of(m.name).refusal is None]
         others = f", or method {_or_list(served)}" if served else ""
         return [Problem("speculative.method", self.name, self.refusal, self.fix() + others)]
+
+    def notes(self, spec: Spec) -> list[str]:
+        """What `trtspec check` says without failing: the dropped keys the spec writes, and that the version's
+        spelling was not read at its tag."""
+        out = dropped_notes(spec, "trtllm-llmapi", self.dropped)
+        if self.refusal is None and methods.get(spec.method).drafts:
+            v, row = spec.runtime.trtllm.version, llmapi_spelling(spec.runtime.trtllm.version)
+            if not row.verified:
+                out.append(f"TensorRT-LLM {v}'s speculative_config spelling (decoding_type {row.draft_target} / "
+                           f"{dict(row.eagle3)['decoding_type']}, {row.drafter_key}) comes from {row.read}, not "
+                           "from that release: settle it inside the image with `trtspec repo llmapi-probe` "
+                           "(docs/llmapi.md)")
+            if spec.speculative.schedule and row.schedule is None:
+                out.append(f"whether TensorRT-LLM {v} declares draft_len_schedule (speculative.schedule) was not "
+                           "verified: the same probe settles it")
+        return out
+
+    def schedule_problems(self, spec: Spec) -> list[Problem]:
+        """speculative.schedule on a version whose speculative_config has no draft_len_schedule."""
+        s, v = spec.speculative, spec.runtime.trtllm.version
+        row = llmapi_spelling(v)
+        if not s.schedule or row.schedule is not False:
+            return []
+        return [Problem("speculative.schedule", s.schedule, f"TensorRT-LLM {v}'s speculative_config declares no "
+                        f"draft_len_schedule ({row.read} has none)", "remove speculative.schedule, or set "
+                        f"version = \"{DEFAULT_VERSION}\" and image = \"{DEFAULT_IMAGE}\" (run the probe there: "
+                        "docs/llmapi.md)")]
 
     def options(self, spec: Spec) -> dict[str, Any]:
         """The LLM(...) arguments the method adds to model.yaml (speculative_config, ...), canonically spelled."""
@@ -67,8 +101,13 @@ class LlmapiMethod:
         return {}
 
 
+ADAPTIVE = {"speculative.adaptive": "the LLM API has no per-request adaptive K (speculative.schedule sets K by "
+                                    "load, as draft_len_schedule)"}
+
+
 class DraftModelLlmapi(LlmapiMethod):
     refusal = None
+    dropped = ADAPTIVE
 
     def options(self, spec: Spec) -> dict[str, Any]:
         s = spec.speculative
@@ -96,15 +135,24 @@ def eagle3_config(spec: Spec) -> dict[str, Any]:
 
 class EagleLlmapi(LlmapiMethod):
     refusal = None
+    dropped = {**ADAPTIVE, "speculative.choices": "the PyTorch backend's EAGLE-3 drafts one chain of K (trtspec "
+                                                  "writes no eagle_choices, a static tree upstream deprecates)"}
 
     def options(self, spec: Spec) -> dict[str, Any]:
-        s = spec.speculative
+        s, v = spec.speculative, spec.runtime.trtllm.version
         if eagle_version(Path(s.heads)) != 3:
             raise RepositoryError(
                 f"{s.heads} is an EAGLE-1/2 head; the LLM API's PyTorch backend runs EAGLE-3 only "
                 "(\"EAGLE (v1/v2) draft checkpoints are incompatible\")",
                 hint="use runtime.kind = \"trtllm-engine\" for EAGLE-1 heads, or an EAGLE-3 head here")
-        return {"speculative_config": eagle3_config(spec)}
+        config = eagle3_config(spec)
+        if "eagle3_layers_to_capture" in config and not llmapi_spelling(v).aux_layers:
+            raise RepositoryError(
+                f"{s.heads} captures the target's layers {config['eagle3_layers_to_capture']}, and TensorRT-LLM "
+                f"{v}'s EagleDecodingConfig declares no eagle3_layers_to_capture (it would capture its default "
+                "layers, which the head was not trained on)",
+                hint=f"set version = \"{DEFAULT_VERSION}\" and image = \"{DEFAULT_IMAGE}\"")
+        return {"speculative_config": config}
 
 
 def ngram_config(spec: Spec) -> dict[str, Any]:
@@ -117,6 +165,8 @@ def ngram_config(spec: Spec) -> dict[str, Any]:
 
 class NgramLlmapi(LlmapiMethod):
     refusal = None
+    dropped = {**ADAPTIVE, "speculative.ngram.candidates": "the LLM API's NGram drafter proposes one chain, not a "
+                                                           "trie of candidate continuations"}
 
     def options(self, spec: Spec) -> dict[str, Any]:
         return {"speculative_config": ngram_config(spec)}
@@ -133,11 +183,14 @@ def _version(text: str) -> tuple[float, ...]:
 
 class SuffixLlmapi(LlmapiMethod):
     refusal = None  # by version: problems
+    dropped = {**ADAPTIVE, **{f"speculative.suffix.{k}": "TensorRT-LLM's SA matches the longest suffix and has no "
+                              "such knob" for k in ("max_depth", "max_spec_factor", "max_spec_offset",
+                                                   "min_token_prob", "cache_tokens")}}
 
     def problems(self, spec: Spec) -> list[Problem]:
         v = spec.runtime.trtllm.version
         if _version(v) >= SA_SINCE:
-            return []
+            return self.schedule_problems(spec)
         return [Problem("runtime.trtllm.version", v, f"TensorRT-LLM {v} has no SA (suffix automaton) decoding "
                         "for the LLM API: SADecodingConfig first appears in 1.3.0rc27",
                         "use runtime.kind = \"torch\", a TensorRT-LLM >= 1.3 container, or method ngram")]
@@ -186,10 +239,16 @@ def llmapi_method(spec: Spec) -> LlmapiMethod:
 
 
 def llm_args(spec: Spec) -> dict[str, Any]:
-    """The method's LLM(...) arguments for the spec, speculative_config spelled for its TensorRT-LLM version."""
+    """The method's LLM(...) arguments for the spec, speculative_config spelled for its TensorRT-LLM version, with
+    speculative.schedule as draft_len_schedule (floored at 1: trtspec.spec.draft_len_schedule)."""
     args = llmapi_method(spec).options(spec)
     if args.get("speculative_config"):
-        args["speculative_config"] = llmapi_spelling(spec.runtime.trtllm.version).apply(args["speculative_config"])
+        sc = dict(args["speculative_config"])
+        if (schedule := draft_len_schedule(spec)):
+            for p in llmapi_method(spec).schedule_problems(spec):  # (spec validation refuses it first)
+                raise RepositoryError(f"{p.key}: {p.message}", hint=p.hint)
+            sc["draft_len_schedule"] = schedule
+        args["speculative_config"] = llmapi_spelling(spec.runtime.trtllm.version).apply(sc)
     return args
 
 

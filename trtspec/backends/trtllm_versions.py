@@ -126,51 +126,79 @@ def image_note(version: str, image: str) -> str | None:
 
 
 # ------------------------------------------------------------------------------------ LLM API spelling
+#
+# model.yaml reaches TensorRT-LLM as LLM(**yaml) -> update_llm_args_with_extra_dict, which turns speculative_config
+# into a decoding config (NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py). Two parsers were read there:
+#   - the 1.x line: DecodingBaseConfig.from_dict, a table keyed by decoding_type: "MTP", "Medusa", "Eagle",
+#     "Lookahead", "NGram", "DraftTarget", "UserProvided", "AUTO" (+ "SaveState" later), anything else a
+#     ValueError "Invalid decoding type" (although DraftTargetDecodingConfig's own ClassVar says "Draft_Target");
+#     the drafter field is `speculative_model_dir`; there is no "Eagle3" key: EAGLE-3 is "Eagle" with
+#     eagle3_one_model. Read in two stored copies whose commit the search index did not give, dated by their
+#     imports against the documentation builds nvidia.github.io/TensorRT-LLM/<version>/_modules/.../llm_args.html:
+#     one between 1.0.0rc4 and 1.1.0rc5 (no eagle3_layers_to_capture, no draft_len_schedule), one between 1.1.0rc5
+#     and 1.2.0rc2 (eagle3_layers_to_capture, no draft_len_schedule). Neither is the file at a release tag.
+#   - main @ 0004396720054fd8e205cbf616f21f0b57c6b412: a pydantic union discriminated on decoding_type Literals
+#     "Draft_Target", "Eagle3", "Eagle", "MTP", "NGram", "SA", "User_Provided", "SaveState", "PARD", "DFlash",
+#     "DSpark", "AUTO" (no "DraftTarget"); the drafter field is `speculative_model`, with `speculative_model_dir`
+#     kept as a validation alias (TensorRT-LLM PR #10099); DecodingBaseConfig declares draft_len_schedule. It also
+#     keeps a private `_decoding_type_alias` "recorded during parsing": where and which other spellings main maps
+#     onto these tags (its docs call "Eagle" an alias of "Eagle3") was not read; the probe shows it.
+# Not verified: any 1.x release tag, and 1.2.x (26.03-26.07) at all. The 1.2.0rc2 documentation build of llm_args
+# does not import pydantic's AliasChoices, which the alias needs, so trtspec spells 1.2 as the copies read before it.
+# The probe (PROBE_SCRIPT, run inside the image: `trtspec repo llmapi-probe` prints the command) settles a
+# container: it says which decoding_type / drafter-key pairs its TensorRT-LLM parses.
+# tests/data/upstream/trtllm_llm_args.json records the field lists read; tests/trtllm/test_llmapi_keys.py checks
+# every key trtspec writes against them.
+
+MODEL_DIR, MODEL = "speculative_model_dir", "speculative_model"
+_EAGLE_1X = (("decoding_type", "Eagle"), ("eagle3_one_model", True))
 
 
 @dataclasses.dataclass(frozen=True)
 class LlmapiSpelling:
-    """How one TensorRT-LLM series spells `speculative_config` in model.yaml (LLM(**yaml) ->
-    update_llm_args_with_extra_dict -> DecodingBaseConfig.from_dict). Methods write the canonical form, the
-    config classes' own names (decoding_type "Draft_Target", "Eagle3", "NGram"; the drafter dir as
-    `speculative_model`); `apply` turns it into this series' spelling."""
-    decoding_types: dict[str, dict[str, Any]]   # canonical decoding_type -> the keys that replace it
-    keys: dict[str, str]                        # canonical key -> this series' key
+    """How one TensorRT-LLM series reads model.yaml's speculative_config. Methods write the canonical form (the
+    union's tags "Draft_Target", "Eagle3", "NGram", "SA"; the drafter as `speculative_model`); `apply` spells it
+    for the series. `schedule` / `aux_layers`: whether its configs declare draft_len_schedule /
+    eagle3_layers_to_capture (None: not known)."""
+    series: str
+    drafter_key: str                      # the field naming the drafter checkpoint
+    draft_target: str                     # DraftTargetDecodingConfig's decoding_type
+    eagle3: tuple[tuple[str, Any], ...]   # the keys that select EAGLE-3
+    schedule: bool | None
+    aux_layers: bool
+    read: str                             # what the row rests on
 
     def apply(self, config: dict[str, Any]) -> dict[str, Any]:
+        types = {"Draft_Target": {"decoding_type": self.draft_target}, "Eagle3": dict(self.eagle3)}
         out: dict[str, Any] = {}
         for key, value in config.items():
             if key == "decoding_type":
-                out.update(self.decoding_types.get(value, {key: value}))
+                out.update(types.get(value, {key: value}))
             else:
-                out[self.keys.get(key, key)] = value
+                out[self.drafter_key if key == MODEL else key] = value
         return out
 
     def model_key(self) -> str:
-        return self.keys.get("speculative_model", "speculative_model")
+        return self.drafter_key
+
+    @property
+    def verified(self) -> bool:
+        """Read from the source of the series' own line (never true of a 1.x row: see the comment above)."""
+        return self.read.startswith("main @")
 
 
-# NOT verified at tag v1.2.1: TensorRT-LLM's llm_args.py at that tag could not be read (the repository is too
-# big to fetch; the search index holds other versions, and the Triton image's TensorRT-LLM comes from the fork
-# triton-inference-server/TensorRT-LLM at 2fdb9e66/ca88df0a). What was read (/work/shared-notes/research.md A5):
-#   - the 1.1/1.2-era llm_args.py (index id 1090804222): DecodingBaseConfig.from_dict accepts only "MTP",
-#     "Medusa", "Eagle", "Lookahead", "NGram", "DraftTarget", "SaveState", "UserProvided", "AUTO" (else
-#     ValueError "Invalid decoding type"), although DraftTargetDecodingConfig's ClassVar says "Draft_Target";
-#     the drafter's field is `speculative_model_dir`; no "Eagle3" key: EAGLE-3 is decoding_type "Eagle" with
-#     eagle3_one_model; NGram max_matching_ngram_size defaults to 0 (methods always write it);
-#   - a pre-1.3 main (index id 7019226376): a pydantic union on Literals "Draft_Target", "Eagle", "Eagle3", ...,
-#     `speculative_model` with the alias `speculative_model_dir` (TensorRT-LLM PR #10099), ngram default 2.
-# So for 1.0-1.2 trtspec writes the forms the 1.1/1.2-era parser takes: "DraftTarget", "Eagle" +
-# eagle3_one_model, "NGram", speculative_model_dir (accepted by both versions read). Probe a container with:
-#   python3 -c "from tensorrt_llm.llmapi.llm_args import update_llm_args_with_extra_dict as u; print(u({},
-#     {'speculative_config': {'decoding_type': 'DraftTarget', 'max_draft_len': 4, 'speculative_model_dir': '/x'}}))"
-_SPELLING_1X = LlmapiSpelling({"Draft_Target": {"decoding_type": "DraftTarget"},
-                               "Eagle3": {"decoding_type": "Eagle", "eagle3_one_model": True}},
-                              {"speculative_model": "speculative_model_dir"})
-LLMAPI_SPELLINGS: dict[str, LlmapiSpelling] = {"1.0": _SPELLING_1X, "1.1": _SPELLING_1X, "1.2": _SPELLING_1X}
-# Later versions (a custom image's; no NGC container ships one yet): the canonical form, the pydantic union of
-# the pre-1.3 main read (index id 7019226376: Literals "Draft_Target", "Eagle3", field speculative_model).
-CANONICAL = LlmapiSpelling({}, {})
+_R10 = "a pre-release 1.0 llm_args.py (between the 1.0.0rc4 and 1.1.0rc5 builds)"
+_R11 = "a llm_args.py from between the 1.1.0rc5 and 1.2.0rc2 builds"
+_R12 = "the 1.1 reading (no source of the 1.2 line was read; its 1.2.0rc2 build imports no AliasChoices)"
+#                         series drafter key  Draft_Target   EAGLE-3    schedule aux layers read
+LLMAPI_SPELLINGS: dict[str, LlmapiSpelling] = {r.series: r for r in (
+    LlmapiSpelling("1.0", MODEL_DIR, "DraftTarget", _EAGLE_1X, False, False, _R10),
+    LlmapiSpelling("1.1", MODEL_DIR, "DraftTarget", _EAGLE_1X, False, True, _R11),
+    LlmapiSpelling("1.2", MODEL_DIR, "DraftTarget", _EAGLE_1X, None, True, _R12),
+)}
+# A later version (a custom image's; no NGC container ships one yet): main's union, as read.
+CANONICAL = LlmapiSpelling("main", MODEL, "Draft_Target", (("decoding_type", "Eagle3"),), True, True,
+                           "main @ 0004396720054fd8e205cbf616f21f0b57c6b412")
 
 
 def _key(s: str) -> tuple[int, ...]:
@@ -185,3 +213,42 @@ def llmapi_spelling(version: str) -> LlmapiSpelling:
         return LLMAPI_SPELLINGS[s]
     known = sorted(LLMAPI_SPELLINGS, key=_key)
     return CANONICAL if _key(s) > _key(known[-1]) else LLMAPI_SPELLINGS[known[0]]
+
+
+# Run inside the image (python3, stdlib + tensorrt_llm): which decoding_type / drafter-key pairs, and which
+# optional keys, the container's TensorRT-LLM parses, through the path model.yaml takes
+# (update_llm_args_with_extra_dict; where that leaves a dict, the union LlmArgs validates it with).
+PROBE_SCRIPT = """\
+import tensorrt_llm, tensorrt_llm.llmapi.llm_args as a
+def parse(sc):
+    out = a.update_llm_args_with_extra_dict({}, {"speculative_config": dict(sc)})["speculative_config"]
+    if isinstance(out, dict):
+        import pydantic
+        out = pydantic.TypeAdapter(a.SpeculativeConfig).validate_python(out)
+    where = getattr(out, "speculative_model", None) or getattr(out, "speculative_model_dir", None)
+    return type(out).__name__ + ("" if where == "/tmp" else " (drafter dropped)")
+cases = []
+for tag, extra in (("DraftTarget", {}), ("Draft_Target", {}), ("Eagle", {"eagle3_one_model": True}), ("Eagle3", {})):
+    for key in ("speculative_model_dir", "speculative_model"):
+        cases.append((f"{tag} + {key}", {"decoding_type": tag, "max_draft_len": 4, key: "/tmp", **extra}))
+        if tag.startswith("Draft"):
+            cases.append((f"{tag} + {key} + draft_len_schedule",
+                          {"decoding_type": tag, "max_draft_len": 4, key: "/tmp", "draft_len_schedule": {1: 4, 4: 2}}))
+        else:
+            cases.append((f"{tag} + {key} + eagle3_layers_to_capture",
+                          {"decoding_type": tag, "max_draft_len": 4, key: "/tmp", **extra,
+                           "eagle3_layers_to_capture": [0, 1, 3]}))
+print("tensorrt_llm", tensorrt_llm.__version__)
+for label, sc in cases:
+    try:
+        print(f"{label:56} parses: {parse(sc)}")
+    except Exception as e:
+        print(f"{label:56} refused: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:100]}")
+"""
+
+
+def probe_command() -> str:
+    """The probe as one shell command, for `docker run <image> ...` or a shell inside the container."""
+    import shlex
+
+    return f"python3 -c {shlex.quote(PROBE_SCRIPT)}"

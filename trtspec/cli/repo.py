@@ -65,6 +65,18 @@ def install_upstream(repo_dir: Path, source: str, overwrite: bool) -> None:
         click.echo(f"copied {path}")
 
 
+@repo.command("llmapi-probe")
+@click.option("--script", is_flag=True, help="Print the Python script instead of the shell command.")
+def llmapi_probe(script: bool) -> None:
+    """Print the command that tells, inside a Triton TensorRT-LLM image, which speculative_config spellings its
+    TensorRT-LLM parses (DraftTarget / Draft_Target, Eagle / Eagle3, speculative_model_dir / speculative_model,
+    draft_len_schedule, eagle3_layers_to_capture), e.g.
+    `trtspec repo llmapi-probe | docker run --rm -i --gpus all <image> bash` (docs/llmapi.md)."""
+    from trtspec.backends.trtllm_versions import PROBE_SCRIPT, probe_command
+
+    click.echo(PROBE_SCRIPT if script else probe_command())
+
+
 @click.group()
 def cache() -> None:
     """Engine cache keys for CI (trtllm-engine)."""

@@ -3,17 +3,17 @@ holds the `LLM(...)` arguments, `speculative_config` included, and `triton_confi
 `triton_backend/all_models/llmapi/tensorrt_llm/1/model.yaml`). No engine is built: the PyTorch backend loads HF
 checkpoints.
 
-    method        speculative_config (the runtime's method table says, trtspec/backends/trtllm_llmapi_methods.py,
-                  and the backend passes it in as `method_args`, spelled for runtime.trtllm.version: for 1.x
-                  DraftTarget, Eagle + eagle3_one_model, speculative_model_dir; trtspec/backends/
-                  trtllm_versions.py says what was verified)
-    draft-model   decoding_type: Draft_Target, max_draft_len: K, speculative_model: <draft dir>
-    eagle         decoding_type: Eagle3, max_draft_len: K, speculative_model: <heads dir>  (EAGLE-3 heads only)
-    none          (none)
-    medusa        refused: the PyTorch backend does not support Medusa (TensorRT engine path only)
-    ngram         decoding_type: NGram (prompt-lookup n-gram drafting)
-    suffix        decoding_type: SA (TensorRT-LLM >= 1.3.0rc27; refused before)
-    lookahead     refused: LookaheadDecodingConfig is TensorRT-engine only (use runtime trtllm-engine)
+The method's arguments (`method_args`: speculative_config, disable_overlap_scheduler, ...) come from the runtime's
+method table (trtspec/backends/trtllm_llmapi_methods.py: llm_args), spelled for runtime.trtllm.version by
+trtspec/backends/trtllm_versions.py, which also says what of each version was read and what was not:
+
+    TensorRT-LLM   drafter key              draft-model        eagle (EAGLE-3 heads only)
+    1.0, 1.1, 1.2  speculative_model_dir    DraftTarget        Eagle + eagle3_one_model
+    later          speculative_model        Draft_Target       Eagle3
+
+ngram is decoding_type NGram, suffix SA (TensorRT-LLM >= 1.3.0rc27); medusa and lookahead are refused (TensorRT
+engine only). tests/trtllm/test_llmapi_keys.py checks every key this module writes against TensorRT-LLM's field
+lists (tests/data/upstream/trtllm_llm_args.json).
 
 `1/model.py` and `1/helpers.py` come from the container (/app/all_models/llmapi/tensorrt_llm/1/). Relocatable:
 model.yaml's checkpoint paths are relative to the repository when it is written for a place (`repo_dir`), and
@@ -23,18 +23,17 @@ absolute at load ($TRTSPEC_CHECKPOINT_DIR overrides them) before it hands over t
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import os
 from importlib import resources
+from pathlib import Path
+from typing import Any
 
 import yaml
 from tritonclient.grpc import model_config_pb2 as mc
 
 from trtspec.repository.trtllm import io
 from trtspec.repository.trtllm.common import CONTAINER_MODELS, add_rows, cpu_instances, render
-from trtspec.spec import Spec, draft_len_schedule
+from trtspec.spec import Spec
 
 FLAVOUR = "trtllm-llmapi"
 MODEL = "tensorrt_llm"
@@ -71,9 +70,6 @@ def model_yaml(spec: Spec, method_args: dict[str, Any], repo_dir: Path | None = 
             if sc.get(key):
                 sc[key] = _where(Path(sc[key]), repo_dir)
         data["speculative_config"] = sc
-    schedule = draft_len_schedule(spec)  # speculative.schedule, floored at 1 (trtspec.spec.draft_len_schedule)
-    if schedule and data.get("speculative_config"):
-        data["speculative_config"] = {**data["speculative_config"], "draft_len_schedule": schedule}
     # Batching happens inside the LLM; the python model itself takes one request at a time
     # (upstream default, "The current implementation does not support batching").
     data["triton_config"] = {"max_batch_size": 0, "decoupled": spec.serving.streaming}

@@ -12,7 +12,7 @@ from tests.runtime import family
 from tests.runtime.family import VOCAB, engine
 from trtspec.errors import GenerationError
 from trtspec.runtime import Draft, DraftPlan, Proposer, SamplingParams, SpecEngine
-from trtspec.runtime.scheduler import AdaptiveConfig, AdaptiveK, best_option, load_cap
+from trtspec.runtime.adaptive import AdaptiveConfig, AdaptiveK, best_option, load_cap
 from trtspec.runtime.llama import Llama
 
 N_NEW = 40

@@ -10,7 +10,7 @@ acceptance, tokens per step, per-position acceptance, the speedup over K = 0 at 
 ideal speedup and greedy mismatches against K = 0. Definitions, as AIPerf/genai-perf use them:
 
     TTFT = request sent -> first non-empty text; ITL = (request latency - TTFT) / (output tokens - 1)
-    ideal speedup = E[tokens/step](a, K) / (1 + K c)   (a = acceptance rate, c = scheduler.DRAFT_COST)
+    ideal speedup = E[tokens/step](a, K) / (1 + K c)   (a = acceptance rate, c = adaptive.DRAFT_COST)
     per-position acceptance[i] = steps whose i-th draft token was accepted / steps that drafted
 
 Per-position counts come from the engine's step stats (in-process) or from the server's
@@ -93,7 +93,7 @@ class Point:
 
     @property
     def ideal_speedup(self) -> float:
-        from trtspec.runtime.scheduler import DRAFT_COST, expected_tokens
+        from trtspec.runtime.adaptive import DRAFT_COST, expected_tokens
 
         k = self.mean_k
         if not k:

@@ -1,10 +1,11 @@
 """SpecEngine: the reference speculative-decoding runtime (torch), with continuous batching.
 
 The pieces, as vLLM v1 splits them: scheduler.py decides which requests run (queue, admission, the background
-thread, cancellation, drain, adaptive K); proposer.py + the methods' proposers (trtspec/methods/) propose
-drafts; rejection.py accepts them; detok.py turns tokens into text and stops at stop strings; stats.py counts.
-This module holds the API and the model runner: the prefill and the speculative step, one screen each (`step`
-below), which follow reference/speculative-decoding.md:
+thread, cancellation, drain); request.py is one request's state and adaptive.py its K; proposer.py + the
+methods' proposers (trtspec/methods/) propose drafts; rejection.py accepts them; detok.py turns tokens into text
+and stops at stop strings; stats.py counts. This module holds the API and the model runner: the prefill and
+the speculative step, one screen each (`step` below), which follow speculative sampling (arXiv 2211.17192,
+2302.01318):
 
   1. choose K per request (adaptive: recent acceptance, a cap by load, fallback to plain decoding);
   2. the proposer proposes a chain or tree per request;
@@ -15,7 +16,6 @@ below), which follow reference/speculative-decoding.md:
   6. the new tokens go through the stop conditions; the step's SpecDecodingStats go to `on_step`
      observers, then each request's StepEvent to its consumer.
 """
-
 from __future__ import annotations
 
 import logging
@@ -28,14 +28,15 @@ import torch
 
 from trtspec.artifacts.tokenizer import load_tokenizer
 from trtspec.errors import GenerationError
+from trtspec.runtime.adaptive import DRAFT_COST, AdaptiveConfig, load_cap
 from trtspec.runtime.cache import chain_inputs, draft_inputs
 from trtspec.runtime.llama import Llama
 from trtspec.runtime.proposer import ProposalBatch, Proposer
 from trtspec.runtime.rejection import rejection_sample
+from trtspec.runtime.request import GenerationResult, Request, StepEvent, token_ids, validate
 from trtspec.runtime.router import RoutedProposer
 from trtspec.runtime.sampling import SamplingParams, sample_token
-from trtspec.runtime.scheduler import (DRAFT_COST, AdaptiveConfig, GenerationResult, Request, Scheduler, StepEvent,
-                                       load_cap, token_ids, validate)
+from trtspec.runtime.scheduler import Scheduler
 from trtspec.runtime.stats import SpecDecodingStats
 from trtspec.spec import schedule_k
 
@@ -256,50 +257,68 @@ class SpecEngine:
     @torch.inference_mode()
     def step(self, reqs: list[Request]) -> list[Request]:
         """One speculative step for every active request (row b = reqs[b]); returns the ones that ended."""
-        params, draws, plans = [r.params for r in reqs], [r.uniforms for r in reqs], [self.plans[r.drafter] for r in reqs]
-        ks = [r.choose_k(self.load_cap(len(reqs), p.k_max), p.k_is_depth) for r, p in zip(reqs, plans)]  # 1. K
+        plans = [self.plans[r.drafter] for r in reqs]
+        params = [r.params for r in reqs]
+        draws = [r.uniforms for r in reqs]
+        # 1. K per request
+        ks = [r.choose_k(self.load_cap(len(reqs), p.k_max), p.k_is_depth) for r, p in zip(reqs, plans)]
+        # 2. propose (a tree's K counted nodes: drop what is deeper than its request can keep)
         t0 = time.perf_counter()
-        drafts = self.proposer.propose(ProposalBatch([r.seq for r in reqs], params, ks, draws))      # 2. propose
-        # K counted a tree's nodes: drop what is deeper than a request can keep
+        drafts = self.proposer.propose(ProposalBatch([r.seq for r in reqs], params, ks, draws))
         drafts = [d if p.k_is_depth else d.pruned(r.room) for d, r, p in zip(drafts, reqs, plans)]
         t1 = time.perf_counter()
-        lengths = [len(r.seq) - 1 for r in reqs]                                                     # 3. verify
+        # 3. verify: row b = [pending token, draft nodes, branch inputs], padded, in ONE target pass
+        lengths = [len(r.seq) - 1 for r in reqs]
+        tokens, inp = self._verify_inputs(reqs, drafts, lengths)  # tokens [B, T]
+        logits, hidden = self.target.forward(self.cache, inp.positions, inp.start, inp.mask, tokens=tokens)
+        # logits [B, T, V], hidden [B, T, H]
+        # 4. accept: a path of draft nodes per row, and the tokens it emits
+        paths, emitted = rejection_sample(logits, drafts, params, draws)
+        # 5. commit: each row's cache keeps the pending token and its accepted path
+        for b, path in enumerate(paths):
+            self.cache.keep_path(b, lengths[b], [0] + [j + 1 for j in path])
+        t2 = time.perf_counter()
+        if any(d.branch is not None for d in drafts):
+            self.proposer.commit_branch(_branch_outputs(logits, drafts))
+        self.proposer.commit(paths, hidden)
+        t3 = time.perf_counter()
+        # 6. emit: adaptive K learns, the stop conditions cut, the observers get the stats, then the events
+        depths = [_tested_depth(d) for d in drafts]
+        for r, path, depth in zip(reqs, paths, depths):
+            r.learn(len(path), depth)
+        kept = [r.extend(new) for r, new in zip(reqs, emitted)]
+        draft_s = (t1 - t0) + (t3 - t2)
+        verify_s = t2 - t1
+        self._observe(reqs, drafts, depths, paths, kept, draft_s, verify_s)
+        return [r for r, d, path, out in zip(list(reqs), drafts, paths, kept)
+                if r.send(out, len(d.tokens), len(path), draft_s, verify_s)]
+
+    def _verify_inputs(self, reqs: list[Request], drafts: list, lengths: list[int]):
+        """The verify pass's tokens [B, T] (row b: the pending token, its draft nodes, its branch inputs, then
+        padding) and its positions/mask (cache.draft_inputs)."""
         branches = [d.branch for d in drafts]  # inputs run and never kept (lookahead's window), after the nodes
         rows = [d.tokens + (list(br.tokens) if br is not None else []) for d, br in zip(drafts, branches)]
         T = 1 + max(len(x) for x in rows)
         tokens = [[r.seq[-1]] + x + [0] * (T - 1 - len(x)) for r, x in zip(reqs, rows)]
         inp = draft_inputs(lengths, [d.parents for d in drafts], T, self.device, branches)
-        logits, hidden = self.target.forward(self.cache, inp.positions, inp.start, inp.mask,
-                                             tokens=torch.tensor(tokens, device=self.device))
-        paths, emitted = rejection_sample(logits, drafts, params, draws)                            # 4. accept
-        for b, path in enumerate(paths):                                                             # 5. commit
-            self.cache.keep_path(b, lengths[b], [0] + [j + 1 for j in path])
-        t2 = time.perf_counter()
-        if any(br is not None for br in branches):
-            self.proposer.commit_branch(_branch_outputs(logits, drafts))
-        self.proposer.commit(paths, hidden)
-        t3 = time.perf_counter()
-        # a branch costs its rows whether or not it found candidates: a step that ran one is a tested draft,
-        # so adaptive K's fallback switches a branch that does not pay off like any other drafter
-        depths = [max(d.depth, 1) if d.branch is not None else d.depth for d in drafts]
-        for r, path, depth in zip(reqs, paths, depths):
-            r.learn(len(path), depth)
-        kept = [r.extend(new) for r, new in zip(reqs, emitted)]                                      # 6. emit
-        draft_s, verify_s = (t1 - t0) + (t3 - t2), t2 - t1
+        return torch.tensor(tokens, device=self.device), inp  # [B, T]
+
+    def _observe(self, reqs: list[Request], drafts: list, depths: list[int], paths: list[list[int]],
+                 kept: list[list[int]], draft_s: float, verify_s: float) -> None:
+        """The step's SpecDecodingStats to the on_step observers (before the events: whoever reads both sees
+        the stats first); an observer that fails does not fail the requests."""
         stats = SpecDecodingStats(depths, [len(d.tokens) for d in drafts], [len(p) for p in paths],
                                   [len(k) for k in kept], draft_s, verify_s,
                                   [r.drafter for r in reqs] if self.routed else [])
-        for observe in self.on_step:  # before the events: whoever reads both sees the stats first
+        for observe in self.on_step:
             try:
                 observe(stats)
-            except Exception:  # an observer must not fail the requests
+            except Exception:
                 log.exception("trtspec: an on_step observer failed")
-        return [r for r, d, path, out in zip(list(reqs), drafts, paths, kept)
-                if r.send(out, len(d.tokens), len(path), draft_s, verify_s)]
 
     def load_cap(self, batch: int, k_max: int | None = None) -> int:
         """The cap on K for a step of `batch` requests: the spec's schedule (its band for the batch size), else
-        scheduler.load_cap. Like load_cap it caps adaptive K of greedy and unseeded requests only. `k_max`: the
+        adaptive.load_cap. Like load_cap it caps adaptive K of greedy and unseeded requests only. `k_max`: the
         request's drafter's (a routed engine), else the engine's."""
         k_max = self.k_max if k_max is None else k_max
         return schedule_k(self.schedule, k_max, batch) if self.schedule else load_cap(k_max, batch)
@@ -319,8 +338,15 @@ class SpecEngine:
             self.proposer.clear()
 
 
+def _tested_depth(d) -> int:
+    """The depth adaptive K learns from: a branch costs its rows whether or not it found candidates, so a step
+    that ran one is a tested draft (a branch that does not pay off falls back like any other drafter)."""
+    return max(d.depth, 1) if d.branch is not None else d.depth
+
+
 def _branch_outputs(logits: torch.Tensor, drafts) -> list[list[int] | None]:
-    """Per row with a branch: the target's argmax at the pending token and at each branch input."""
+    """Per row with a branch: the target's argmax at the pending token and at each branch input (logits
+    [B, T, V])."""
     out: list[list[int] | None] = []
     for b, d in enumerate(drafts):
         if d.branch is None:

@@ -1,12 +1,29 @@
-"""Adaptive K: how many draft tokens each request drafts this step, from its recent acceptance (AdaptiveK),
-and the cap on K by the load (load_cap)."""
+"""Adaptive K: how many draft tokens each request drafts this step, priced by what the step costs on this
+device (costs.py), and the cap on K by the load (load_cap).
+
+A step that drafts a budget K (chain: K tokens; tree: K nodes) of depth d verifies `rows` rows per request,
+and costs at batch B (every request priced as drafting what this one does: the batch's rows in all)
+
+    verify(B * rows) + d * draft        against   verify(B)  for a plain decoding step,
+
+and emits E[tau](alpha, d) = (1 - alpha^(d+1)) / (1 - alpha) tokens per request on average (i.i.d. acceptance
+alpha per token; arXiv 2211.17192, eq. 1). The expected speedup of the option is therefore
+
+    E[tau](alpha, d) * verify(B) / (verify(B * rows) + d * draft),
+
+adaptive K drafts the option that maximises it, and only while that maximum exceeds 1: a drafter whose draft
+step costs as much as a decode step (c = draft / verify(1) = 1) can never pay and never drafts.
+rows = 1 + fixed_rows + width * K: the pending token, the rows a drafting step runs whatever K (lookahead's
+window) and the draft nodes, `width` per unit of K (1 for a chain; learned from the nodes a request's drafter
+really proposed, so n-gram tries of several continuations, or continuations shorter than K, are priced as
+verified).
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-
-DRAFT_COST = 0.15  # c: one draft token's cost in target decode steps (draft pass + verify growth; CPU-typical)
+import math
+from collections.abc import Callable, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -14,7 +31,31 @@ class AdaptiveConfig:
     enabled: bool = True
     min_draft_tokens: int = 1
     history: int = 8
-    fallback_acceptance: float = 0.2
+    fallback_acceptance: float = 0.0  # an optional floor on acceptance below which a request decodes plainly
+
+
+@dataclasses.dataclass(frozen=True)
+class Price:
+    """What one request's drafter costs (see the module docstring): verify(n) seconds of a target pass over n
+    rows in all, the seconds of one of its draft steps, and the rows its draft of budget K adds:
+    fixed_rows + width * K (width: a prior until the request's own drafts teach it)."""
+
+    verify: Callable[[float], float]
+    draft: float = 0.0
+    fixed_rows: int = 0
+    width: float = 1.0
+
+    def speedup(self, alpha: float, budget: int, depth: int, batch: int = 1, width: float | None = None) -> float:
+        """The expected speedup over plain decoding of drafting (budget, depth) at batch `batch`."""
+        rows = 1 + self.fixed_rows + (self.width if width is None else width) * budget
+        cost = self.verify(batch * rows) + depth * self.draft
+        return expected_tokens(alpha, depth) * self.verify(batch) / cost
+
+
+def nominal(draft: float = 0.15, row: float = 0.0) -> Price:
+    """A price in units of one decode step: each draft step costs `draft` of it, each verify row past the
+    first `row` of it (tests and synthetic tables)."""
+    return Price(lambda n: 1.0 + row * (n - 1), draft)
 
 
 def expected_tokens(alpha: float, depth: int) -> float:
@@ -22,73 +63,83 @@ def expected_tokens(alpha: float, depth: int) -> float:
     return depth + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (depth + 1)) / (1.0 - alpha)
 
 
-def best_option(alpha: float, options: Sequence[tuple[int, int]], cost: float, overhead: float = 0.0,
-                width: float = 1.0) -> int:
-    """The draft budget maximising the ideal speedup E[τ](α, depth) / (1 + (overhead + width·budget)·c) (ties:
-    the smaller). `overhead`: draft-token equivalents a drafting step costs whatever its budget (lookahead's
-    window), `width`: verified tokens per unit of budget (lookahead's G candidates per depth)."""
-    return _best(alpha, options, cost, overhead, width)[0]
-
-
-def _best(alpha: float, options: Sequence[tuple[int, int]], cost: float, overhead: float,
-          width: float) -> tuple[int, float]:
-    best, best_gain = options[0][0], -1.0
+def best(alpha: float, options: Sequence[tuple[int, int]], price: Price, batch: int = 1,
+         width: float | None = None) -> tuple[int, float]:
+    """(budget, expected speedup) of the option (budget, depth) with the largest expected speedup (ties: the
+    smaller budget)."""
+    choice, gain = options[0][0], -math.inf
     for budget, depth in options:
-        gain = expected_tokens(alpha, depth) / (1.0 + (overhead + width * budget) * cost)
-        if gain > best_gain + 1e-9:
-            best, best_gain = budget, gain
-    return best, best_gain
+        g = price.speedup(alpha, budget, depth, batch, width)
+        if g > gain + 1e-9:
+            choice, gain = budget, g
+    return choice, gain
+
+
+def best_option(alpha: float, options: Sequence[tuple[int, int]], price: Price, batch: int = 1) -> int:
+    """The budget of `best`."""
+    return best(alpha, options, price, batch)[0]
 
 
 class AdaptiveK:
-    """Draft length of one request from its recent acceptance, by the speedup formula.
+    """Draft length of one request from its recent acceptance, priced (see the module docstring).
 
     α̂: per-token acceptance over the last ~`history` steps (EMA span): EMA(accepted) / EMA(drafts tested),
-    where a step tests its accepted drafts plus the one rejected, if any. Each step drafts the option (budget,
-    depth) that maximises the ideal speedup E[τ](α̂, depth) / (1 + budget·c): options are (k, k) for
-    k_min..k_max for chains and (first n nodes, their depth) for a tree; c is the cost of one draft token in
-    target steps. So K grows while drafts are accepted and shrinks as α̂ falls. When α̂ stays below `fallback`
-    (after `history` steps), or a drafter with a fixed per-step cost (`overhead`) no longer pays for it
-    (`pays`), the request decodes plainly (K = 0) for `history` steps (such a drafter: twice as long after
-    each failed probe, up to 16x), then probes once with the smallest option; the probe's acceptance restarts
-    α̂. Deterministic given the acceptance history (seeded
-    sampling stays reproducible).
+    where a step tests its accepted drafts plus the one rejected, if any. Before the first estimate it
+    assumes α = 1 (so a drafter that cannot pay even then never drafts). Each step drafts the option that
+    maximises the expected speedup at the step's batch, or nothing when no option's exceeds 1 there. When,
+    after `history` steps, no option pays at batch 1 (or α̂ is below the optional floor `fallback`), the
+    request decodes plainly for `history` steps, twice as long after each probe that failed in a row (up
+    to 16x), then probes once with the smallest option; the probe's acceptance restarts α̂. Deterministic
+    given the acceptance history and the price (the cost table is fixed once measured), so seeded sampling
+    stays reproducible.
     """
 
-    def __init__(self, options: Sequence[tuple[int, int]], cfg: AdaptiveConfig, cost: float = DRAFT_COST,
-                 overhead: float = 0.0, width: float = 1.0):
+    def __init__(self, options: Sequence[tuple[int, int]], cfg: AdaptiveConfig, price: Price):
         k_max = max((b for b, _ in options), default=0)
-        self.overhead, self.width = overhead, width
-        self.k_max = k_max
+        self.k_max, self.price = k_max, price
         self.options = sorted(o for o in options if o[0] >= min(cfg.min_draft_tokens, k_max)) or [(0, 0)]
         self.k_min = self.options[0][0]
-        self.cost, self.history, self.fallback = cost, cfg.history, cfg.fallback_acceptance
+        self.history, self.fallback = cfg.history, cfg.fallback_acceptance
         self.weight = 2.0 / (cfg.history + 1)
         self.alpha: float | None = None
+        self.width = price.width  # rows per unit of K, learned from the drafts (the prior until then)
         self.acc = self.trials = 0.0
         self.steps, self.off, self.probing = 0, 0, False
-        self.failed_probes = 0  # in a row (backoff of drafters with an overhead)
+        self.failed_probes = 0  # in a row
+
+    def best(self, batch: int = 1) -> tuple[int, float]:
+        """(budget, expected speedup) of the best option at `batch` for the acceptance seen so far."""
+        if self.k_max == 0:
+            return 0, 1.0
+        return best(1.0 if self.alpha is None else self.alpha, self.options, self.price, batch, self.width)
 
     @property
     def k(self) -> int:
-        return self.k_max if self.alpha is None else best_option(self.alpha, self.options, self.cost,
-                                                                 self.overhead, self.width)
+        """The budget drafted at batch 1 outside a probe or a plain stretch (0: none pays)."""
+        budget, gain = self.best()
+        return budget if gain > 1.0 else 0
 
-    def pays(self) -> bool:
-        """A drafter with a fixed per-step cost (overhead > 0: a lookahead branch) pays only while its best
-        option's ideal speedup exceeds 1; below, it falls back like a low acceptance does."""
-        return self.overhead <= 0 or _best(self.alpha, self.options, self.cost, self.overhead, self.width)[1] > 1.0
+    def pays(self, batch: int = 1) -> bool:
+        """Whether the best option's expected speedup exceeds 1 at `batch`."""
+        return self.best(batch)[1] > 1.0
 
-    def next_k(self) -> int:
+    def next_k(self, batch: int = 1) -> int:
         if self.off > 0:
             self.off -= 1
             self.probing = self.off == 0
             return 0
-        return self.k_min if self.probing else self.k
+        if self.probing:
+            return self.k_min
+        budget, gain = self.best(batch)
+        return budget if gain > 1.0 else 0
 
-    def update(self, k: int, accepted: int, depth: int) -> None:
+    def update(self, k: int, accepted: int, depth: int, nodes: int | None = None) -> None:
+        """One step's outcome: budget k, the accepted path's length, the draft's depth and its nodes (rows)."""
         if k == 0 or depth == 0:
             return
+        if nodes:
+            w = nodes / k  # rows per unit of K this draft really had
+            self.width = w if self.alpha is None else self.width + self.weight * (w - self.width)
         trials = accepted + (1 if accepted < depth else 0)  # drafts tested: the accepted ones and the rejected one
         probe = self.probing
         if self.probing or self.alpha is None:
@@ -100,9 +151,9 @@ class AdaptiveK:
             self.steps += 1
         self.alpha = self.acc / self.trials
         if self.steps >= self.history and (self.alpha < self.fallback or not self.pays()):
-            # a drafter whose every step costs (overhead > 0) backs off while its probes keep failing: each
-            # failed probe doubles the plain stretch (at most 16x), so a probe costs a few % at most
-            self.failed_probes = self.failed_probes + 1 if probe and self.overhead > 0 else 0
+            # plain decoding for a while, backing off while probes keep failing: each failed probe doubles
+            # the plain stretch (at most 16x), so probing costs a few % at most
+            self.failed_probes = self.failed_probes + 1 if probe else 0
             self.off = self.history << min(self.failed_probes, 4)
         elif probe:
             self.failed_probes = 0

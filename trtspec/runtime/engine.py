@@ -28,8 +28,10 @@ import torch
 
 from trtspec.artifacts.tokenizer import load_tokenizer
 from trtspec.errors import GenerationError
-from trtspec.runtime.adaptive import DRAFT_COST, AdaptiveConfig, load_cap
+from trtspec.runtime import costs as cost_table
+from trtspec.runtime.adaptive import AdaptiveConfig, Price, load_cap
 from trtspec.runtime.cache import chain_inputs, draft_inputs
+from trtspec.runtime.costs import CostTable
 from trtspec.runtime.llama import Llama
 from trtspec.runtime.proposer import ProposalBatch, Proposer
 from trtspec.runtime.rejection import rejection_sample
@@ -49,14 +51,15 @@ class SpecEngine:
 
     def __init__(self, target: Llama, proposer: Proposer | None = None, tokenizer=None, *, max_batch_size: int = 4,
                  max_input_len: int = 512, max_output_len: int = 256, num_draft_tokens: int = 4,
-                 adaptive: AdaptiveConfig = AdaptiveConfig(), name: str = "model", draft_cost: float = DRAFT_COST,
+                 adaptive: AdaptiveConfig = AdaptiveConfig(), name: str = "model", costs: CostTable | None = None,
                  schedule: dict[int, int] | None = None, draft_quantization: str | None = None):
         self.schedule = dict(schedule) if schedule else None  # K by batch size (spec.schedule_k); None: load_cap
         self.target, self.proposer, self.tokenizer, self.name = target, proposer or Proposer(), tokenizer, name
         self.max_batch_size, self.max_input_len, self.max_output_len = max_batch_size, max_input_len, max_output_len
-        self.adaptive, self.draft_cost, self.device = adaptive, draft_cost, target.device
+        self.adaptive, self.device = adaptive, target.device
         # slots: prompt + output + one step's draft nodes past the end (+ the pending token)
-        self.max_seq = max_input_len + max_output_len + self.proposer.max_nodes(num_draft_tokens) + 2
+        self.max_rows = self.proposer.max_nodes(num_draft_tokens) + 1  # the most rows one request verifies
+        self.max_seq = max_input_len + max_output_len + self.max_rows + 1
         target.set_max_seq(self.max_seq)
         self.cache = target.new_cache(max_batch_size, self.max_seq)
         self.plan = self.proposer.setup(target, max_batch_size, self.max_seq, num_draft_tokens)
@@ -77,13 +80,19 @@ class SpecEngine:
         self.eos_ids = frozenset(eos)
         self.on_step: list[Callable[[SpecDecodingStats], None]] = []  # called on the stepping thread, per step
         self.scheduler = Scheduler(max_batch_size, self)
+        # what a step costs here (costs.py): injected (the argument, else TRTSPEC_COST_TABLE), else measured now
+        drafters = (self.drafter_names or [self.method]) if self.k_max > 0 else []
+        self.prices = [Price(lambda n: 1.0)] * len(self.plans)  # (calibration's requests run at a fixed K)
+        self.costs = costs or cost_table.from_env() or cost_table.calibrate(self, drafters)
+        self.prices = [Price(self.costs.verify_seconds, self.costs.draft_seconds(d), p.fixed_rows, p.width)
+                       for d, p in zip(drafters or [self.method], self.plans)]
 
     @classmethod
-    def from_spec(cls, spec, proposer: Proposer, tokenizer=None, *, num_draft_tokens: int | None = None
-                  ) -> "SpecEngine":
+    def from_spec(cls, spec, proposer: Proposer, tokenizer=None, *, num_draft_tokens: int | None = None,
+                  costs: CostTable | None = None) -> "SpecEngine":
         """Load the target and the tokenizer as `spec` (trtspec.spec.Spec) says, around `proposer`: the spec's
         method's, made by the caller (trtspec.methods.engine composes the two). `num_draft_tokens`: K (None: the
-        spec's; 0 for a method that drafts nothing)."""
+        spec's; 0 for a method that drafts nothing); `costs`: an injected cost table (None: see __init__)."""
         if spec.runtime.torch.threads:
             torch.set_num_threads(spec.runtime.torch.threads)
         lim = spec.limits
@@ -104,7 +113,7 @@ class SpecEngine:
                    max_input_len=lim.max_input_len, max_output_len=lim.max_output_len, num_draft_tokens=k,
                    adaptive=AdaptiveConfig(a.enabled, a.min_draft_tokens, a.history, a.fallback_acceptance),
                    name=spec.model.name, schedule=spec.speculative.schedule,
-                   draft_quantization=spec.speculative.draft_quantization)
+                   draft_quantization=spec.speculative.draft_quantization, costs=costs)
 
     # ------------------------------------------------------------------------------------------------ API
 
@@ -228,9 +237,11 @@ class SpecEngine:
         plan = self.plans[drafter]
         validate(prompt, params, vocab=self.target.cfg.vocab_size, max_input_len=self.max_input_len,
                  max_output_len=self.max_output_len, k_max=plan.k_max, tokenizer=self.tokenizer)
-        eos = self.eos_ids if params.end_id is None else frozenset() if params.end_id < 0 else frozenset([params.end_id])
-        req = Request(prompt, params, on_event, eos, plan.k_max, self.adaptive, plan.options, self.draft_cost,
-                      self.tokenizer, (plan.overhead, plan.width))
+        eos = self.eos_ids
+        if params.end_id is not None:
+            eos = frozenset([params.end_id]) if params.end_id >= 0 else frozenset()
+        req = Request(prompt, params, on_event, eos, plan.k_max, self.adaptive, plan.options, self.prices[drafter],
+                      self.tokenizer)
         req.drafter = drafter
         return req
 
@@ -261,7 +272,7 @@ class SpecEngine:
         params = [r.params for r in reqs]
         draws = [r.uniforms for r in reqs]
         # 1. K per request
-        ks = [r.choose_k(self.load_cap(len(reqs), p.k_max), p.k_is_depth) for r, p in zip(reqs, plans)]
+        ks = [r.choose_k(self.load_cap(len(reqs), p.k_max), p.k_is_depth, len(reqs)) for r, p in zip(reqs, plans)]
         # 2. propose (a tree's K counted nodes: drop what is deeper than its request can keep)
         t0 = time.perf_counter()
         drafts = self.proposer.propose(ProposalBatch([r.seq for r in reqs], params, ks, draws))
@@ -284,8 +295,8 @@ class SpecEngine:
         t3 = time.perf_counter()
         # 6. emit: adaptive K learns, the stop conditions cut, the observers get the stats, then the events
         depths = [_tested_depth(d) for d in drafts]
-        for r, path, depth in zip(reqs, paths, depths):
-            r.learn(len(path), depth)
+        for r, path, depth, d in zip(reqs, paths, depths, drafts):
+            r.learn(len(path), depth, len(d.tokens))
         kept = [r.extend(new) for r, new in zip(reqs, emitted)]
         draft_s = (t1 - t0) + (t3 - t2)
         verify_s = t2 - t1

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from trtspec.errors import GenerationError
-from trtspec.runtime.adaptive import AdaptiveConfig, AdaptiveK
+from trtspec.runtime.adaptive import AdaptiveConfig, AdaptiveK, Price
 from trtspec.runtime.detok import TextStream
 from trtspec.runtime.sampling import SamplingParams
 from trtspec.runtime.stats import RequestStats
@@ -143,7 +143,7 @@ class Request:
 
     def __init__(self, prompt: list[int], params: SamplingParams, on_event: Callable[[StepEvent], None],
                  eos: frozenset[int], k_max: int, adaptive: AdaptiveConfig, options: Sequence[tuple[int, int]],
-                 cost: float, tokenizer=None, plan_cost: tuple[float, float] = (0.0, 1.0)):
+                 price: Price, tokenizer=None):
         self.id = f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
         self.prompt, self.params, self.on_event, self.eos = prompt, params, on_event, eos
         self.seq: list[int] = list(prompt)
@@ -153,8 +153,7 @@ class Request:
             self.gen.manual_seed(params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little"))
         fixed = params.num_draft_tokens
         self.fixed_k = None if fixed is None else min(fixed, k_max)
-        self.adaptive = AdaptiveK(options, adaptive if fixed is None else AdaptiveConfig(enabled=False), cost,
-                                  *plan_cost)  # (overhead, width) of the proposer's DraftPlan
+        self.adaptive = AdaptiveK(options, adaptive if fixed is None else AdaptiveConfig(enabled=False), price)
         self.use_adaptive = fixed is None and adaptive.enabled
         self.load_capped = fixed is None and (params.greedy or params.seed is None)  # see load_cap
         self.text = None if tokenizer is None else TextStream(tokenizer, params.stop)
@@ -181,11 +180,16 @@ class Request:
         """Draft tokens that can still be kept: a step emits its accepted drafts plus one token."""
         return self.params.max_new_tokens - (len(self.seq) - len(self.prompt)) - 1
 
-    def choose_k(self, cap: int, k_is_depth: bool = True) -> int:
-        """This step's K: fixed, or adaptive and capped by the load (`cap`) unless the request is seeded and
-        sampled, whose output must not depend on the batch; never past what the request can still keep."""
-        k = self.fixed_k if self.fixed_k is not None else (
-            self.adaptive.next_k() if self.use_adaptive else self.adaptive.k_max)
+    def choose_k(self, cap: int, k_is_depth: bool = True, batch: int = 1) -> int:
+        """This step's K: fixed, or adaptive, priced at the step's `batch` and capped by the load (`cap`),
+        unless the request is seeded and sampled, whose output must not depend on the batch (priced at batch
+        1, never capped); never past what the request can still keep."""
+        if self.fixed_k is not None:
+            k = self.fixed_k
+        elif self.use_adaptive:
+            k = self.adaptive.next_k(batch if self.load_capped else 1)
+        else:
+            k = self.adaptive.k_max
         if self.load_capped:
             k = min(k, cap)
         if self.room <= 0:
@@ -195,10 +199,10 @@ class Request:
         self.last_k = max(0, k)
         return self.last_k
 
-    def learn(self, accepted: int, depth: int) -> None:
-        """The step's acceptance, for adaptive K."""
+    def learn(self, accepted: int, depth: int, nodes: int | None = None) -> None:
+        """The step's acceptance and the draft's nodes, for adaptive K."""
         if self.use_adaptive and self.last_k:
-            self.adaptive.update(self.last_k, accepted, depth)
+            self.adaptive.update(self.last_k, accepted, depth, nodes)
 
     def extend(self, new: list[int]) -> list[int]:
         """Append new tokens through the stop conditions (EOS, max_new_tokens, stop strings: at the token that

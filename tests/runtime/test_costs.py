@@ -67,6 +67,7 @@ def test_row_counts_go_to_the_most_one_request_verifies_then_double_up_to_the_ba
     assert costs.row_counts(5, 1) == [1, 2, 3, 4, 5]
     assert costs.row_counts(5, 4) == [1, 2, 3, 4, 5, 10, 20]
     assert costs.row_counts(3, 6) == [1, 2, 3, 6, 12, 18]
+    assert costs.row_counts(40, 2) == list(range(1, 17)) + [20, 25, 31, 38, 40, 80]  # a large tree: sparser
     assert costs.shape(4, 5) == (1, 4) and costs.shape(20, 5) == (4, 5)
 
 

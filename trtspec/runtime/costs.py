@@ -6,7 +6,7 @@ Adaptive K (adaptive.py) prices every option with two numbers this module measur
     draft(d)   seconds of one draft step of drafter d (one level of depth; ngram/suffix: a lookup)
 
 `calibrate` measures them when the engine is made, on its own target, cache and proposer: verify at 1, 2, ..
-up to the most rows one request verifies, then x2, x4 .. up to the batch (a few passes each, the shapes taken
+up to the most rows one request verifies (every ~25 % past 16 rows), then x2, x4 .. up to the batch (a few passes each, the shapes taken
 round robin, the median kept), and each drafter's draft step through the engine's own step over a dummy
 request (the median of a few steps). The table is fixed after that, so a seeded sampled request keeps a
 reproducible K. A table is injected instead, with no timing at all, by SpecEngine(costs=...) or by the
@@ -36,6 +36,7 @@ from trtspec.errors import SpecError
 ENV = "TRTSPEC_COST_TABLE"
 REPEATS = 3          # timed passes per row count (after one untimed warm-up pass of each)
 DRAFT_STEPS = 4      # timed steps per drafter (after one untimed step)
+DENSE_ROWS = 16      # every row count up to this many is measured
 CALIBRATION_CONTEXT = 32  # cached tokens the calibration passes attend to (and the dummy prompt's length)
 
 
@@ -112,9 +113,16 @@ def from_env() -> CostTable | None:
 
 
 def row_counts(max_rows: int, max_batch: int) -> list[int]:
-    """The row counts calibration measures: 1 .. max_rows (the most one request verifies), then max_rows x2,
-    x4 .. up to max_rows x max_batch."""
-    counts = list(range(1, max(1, max_rows) + 1))
+    """The row counts calibration measures: 1 .. max_rows (the most one request verifies; past DENSE_ROWS only
+    every ~25 %, so a large tree stays cheap to measure), then max_rows x2, x4 .. up to max_rows x max_batch."""
+    max_rows = max(1, max_rows)
+    counts = list(range(1, min(max_rows, DENSE_ROWS) + 1))
+    n = DENSE_ROWS
+    while n * 5 // 4 < max_rows:
+        n = n * 5 // 4
+        counts.append(n)
+    if max_rows > DENSE_ROWS:
+        counts.append(max_rows)
     m = 2
     while m < max_batch:
         counts.append(m * max_rows)

@@ -34,7 +34,7 @@ from typing import Any
 from trtspec.errors import SpecError
 
 ENV = "TRTSPEC_COST_TABLE"
-REPEATS = 3          # timed passes per row count (after one untimed warm-up pass of each)
+REPEATS = 5          # timed passes per row count (after one untimed warm-up pass of each)
 DRAFT_STEPS = 4      # timed steps per drafter (after one untimed step)
 DENSE_ROWS = 16      # every row count up to this many is measured
 CALIBRATION_CONTEXT = 32  # cached tokens the calibration passes attend to (and the dummy prompt's length)

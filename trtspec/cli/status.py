@@ -100,7 +100,7 @@ def _print(out) -> None:
             console.print(routed)
         for name, m in sorted(metrics.items()):
             if m.get("costs"):
-                console.print(cost_table(m["costs"], f"{name}: the step's costs adaptive K prices with"))
+                console.print(cost_table(m["costs"], f"{name}: cost table (adaptive K)"))
     elif out.get("metrics_error"):
         console.print(f"metrics: {out['metrics_error']}")
 
@@ -116,9 +116,9 @@ def cost_table(costs: dict, title: str):
     verify = {int(k): float(v) for k, v in costs["verify"].items()}
     one = verify.get(1) or 1.0
     for rows, seconds in sorted(verify.items()):
-        table.add_row(f"verify {rows} rows", f"{seconds * 1e3:.2f}", f"{seconds / one:.2f}")
+        table.add_row(f"verify, {rows} row{'s' if rows > 1 else ''}", f"{seconds * 1e3:.2f}", f"{seconds / one:.2f}")
     for drafter, seconds in sorted(costs.get("draft", {}).items()):
-        table.add_row(f"draft step {drafter}", f"{seconds * 1e3:.2f}", f"{seconds / one:.2f}")
+        table.add_row(f"draft step, {drafter}", f"{seconds * 1e3:.2f}", f"{seconds / one:.2f}")
     return table
 
 

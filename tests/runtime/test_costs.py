@@ -115,7 +115,7 @@ def test_k_follows_the_priced_formula_on_synthetic_tables(alpha, slope, knee, ju
     assert gain == pytest.approx(max(gains.values()), rel=1e-9) and gains[k] == pytest.approx(gain, rel=1e-9)
     a = AdaptiveK(CHAIN, AdaptiveConfig(history=1000), price)
     a.update(8, 0, 8)  # one observation sets alpha
-    a.alpha = alpha
+    a.alpha, a.steps = alpha, a.history  # as if alpha rested on a full history
     assert a.next_k(batch) == (k if gain > 1.0 else 0)
 
 
@@ -143,6 +143,18 @@ def test_a_drafter_with_c_1_is_never_on_in_the_engine(fam, prompts):
     cheap = methods.engine(spec, costs=CostTable({1: 1.0, 5: 1.0}, {"draft-model": 0.05}))
     assert cheap.generate(prompts[0], SamplingParams(max_new_tokens=30, end_id=-1)).drafted > 0
     assert cheap.generate(prompts[0], SamplingParams(max_new_tokens=30, end_id=-1)).tokens == res.tokens
+
+
+def test_one_bad_first_step_does_not_switch_a_drafter_off():
+    """A rejected first draft gives an estimate of 0 from one step: the request keeps testing (the smallest
+    useful option) until `history` steps decide, then falls back and probes."""
+    a = AdaptiveK(CHAIN, AdaptiveConfig(history=4), Price(table({1: 1.0, 64: 1.0}, 0.1).verify_seconds, 0.1))
+    assert a.next_k() == 8
+    a.update(8, 0, 8)
+    assert a.alpha == 0.0 and a.next_k() == 1
+    for _ in range(3):
+        a.update(1, 1, 1)  # accepted: the estimate recovers
+    assert a.alpha > 0.5 and a.next_k() > 1
 
 
 def test_a_batch_is_priced_by_its_total_rows():

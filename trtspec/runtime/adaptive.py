@@ -86,8 +86,10 @@ class AdaptiveK:
     α̂: per-token acceptance over the last ~`history` steps (EMA span): EMA(accepted) / EMA(drafts tested),
     where a step tests its accepted drafts plus the one rejected, if any. Before the first estimate it
     assumes α = 1 (so a drafter that cannot pay even then never drafts). Each step drafts the option that
-    maximises the expected speedup at the step's batch, or nothing when no option's exceeds 1 there. When,
-    after `history` steps, no option pays at batch 1 (or α̂ is below the optional floor `fallback`), the
+    maximises the expected speedup at the step's batch, or nothing when no option's exceeds 1 there (while
+    α̂ rests on fewer than `history` steps and only a low α̂ is why, it keeps testing with the option best at
+    batch 1, so one bad first step does not switch a drafter off). When, after `history` steps, no option pays
+    at batch 1 (or α̂ is below the optional floor `fallback`), the
     request decodes plainly for `history` steps, twice as long after each probe that failed in a row (up
     to 16x), then probes once with the smallest option; the probe's acceptance restarts α̂. Deterministic
     given the acceptance history and the price (the cost table is fixed once measured), so seeded sampling
@@ -131,7 +133,12 @@ class AdaptiveK:
         if self.probing:
             return self.k_min
         budget, gain = self.best(batch)
-        return budget if gain > 1.0 else 0
+        if gain > 1.0:
+            return budget
+        if self.alpha is None or self.pays():  # cannot pay even at α = 1, or pays alone but not at this batch
+            return 0
+        # α̂ rests on fewer than `history` steps: keep testing with the best option (`update` decides after)
+        return self.best()[0] if self.steps < self.history else 0
 
     def update(self, k: int, accepted: int, depth: int, nodes: int | None = None) -> None:
         """One step's outcome: budget k, the accepted path's length, the draft's depth and its nodes (rows)."""

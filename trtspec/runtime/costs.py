@@ -157,11 +157,33 @@ def calibrate(engine, drafters: Sequence[str], repeats: int = REPEATS, draft_ste
     """Measure `engine`'s (a SpecEngine with nothing running) verify cost by rows and each drafter's draft step
     (`drafters`: the names of a routed engine's drafters, else its method alone). Leaves the engine empty."""
     max_rows = engine.max_rows
-    context = max(1, min(CALIBRATION_CONTEXT, engine.max_seq - max_rows - 2))
+    context = max(1, min(CALIBRATION_CONTEXT, engine.max_input_len, engine.max_seq - max_rows - 2))
     counts = row_counts(max_rows, engine.max_batch_size)
+    _prefill(engine, min(engine.max_batch_size, max(shape(n, max_rows)[0] for n in counts)), context)
     verify = measure({n: _pass(engine, *shape(n, max_rows), context) for n in counts}, repeats)
+    engine.reset()
     draft = {name: _draft_step(engine, name, context, draft_steps) for name in drafters}
     return CostTable(verify, draft, "measured")
+
+
+def dummy_tokens(n: int, vocab: int) -> list[int]:
+    """n ordinary token ids that repeat every 8 (so copying drafters find matches): ids from the middle of the
+    vocabulary, not the special ones at its start (whose rarely trained embeddings can be tiny enough to make
+    float32 arithmetic take the slow subnormal path)."""
+    base = vocab // 3
+    return [base + 7 * (i % 8) for i in range(n)]
+
+
+def _prefill(engine, batch: int, context: int) -> None:
+    """Real K/V for the calibration passes to attend to: `context` dummy tokens in rows 0..batch-1."""
+    import torch
+
+    from trtspec.runtime.cache import chain_inputs
+
+    tokens = torch.tensor([dummy_tokens(context, engine.target.cfg.vocab_size)] * batch, device=engine.device)
+    inp = chain_inputs([0] * batch, context, engine.device)
+    with torch.inference_mode():
+        engine.target.forward(engine.cache, inp.positions, inp.start, inp.mask, tokens=tokens, logits=False)
 
 
 def _pass(engine, batch: int, rows: int, context: int) -> Callable[[], None]:
@@ -171,7 +193,8 @@ def _pass(engine, batch: int, rows: int, context: int) -> Callable[[], None]:
 
     from trtspec.runtime.cache import chain_inputs
 
-    tokens = torch.zeros(batch, rows, dtype=torch.long, device=engine.device)  # [batch, rows]
+    ids = dummy_tokens(context + rows, engine.target.cfg.vocab_size)[context:]
+    tokens = torch.tensor([ids] * batch, device=engine.device)  # [batch, rows]
     inp = chain_inputs([context] * batch, rows, engine.device)
 
     @torch.inference_mode()
@@ -186,7 +209,7 @@ def _draft_step(engine, drafter: str, context: int, steps: int) -> float:
     one untimed step) of a dummy request in row 0, of the step's drafting time per level of depth."""
     from trtspec.runtime.sampling import SamplingParams
 
-    prompt = [1 + i % 8 for i in range(min(context, engine.max_input_len))]  # repeats: copying drafters match
+    prompt = dummy_tokens(context, engine.target.cfg.vocab_size)
     k = engine.plans[engine.drafter_names.index(drafter) if engine.routed else 0].k_max
     params = SamplingParams(max_new_tokens=engine.max_output_len, end_id=-1, num_draft_tokens=k)
     req = engine._make(prompt, params, lambda ev: None, drafter if engine.routed else None)

@@ -5,12 +5,13 @@ Adaptive K (adaptive.py) prices every option with two numbers this module measur
     verify(n)  seconds of one target pass over n rows in all (the batch's rows, each padded to the longest)
     draft(d)   seconds of one draft step of drafter d (one level of depth; ngram/suffix: a lookup)
 
-`calibrate` measures them when the engine is made, on its own target, cache and proposer: verify at 1, 2, ..
-up to the most rows one request verifies (every ~25 % past 16 rows), then x2, x4 .. up to the batch (a few passes each, the shapes taken
-round robin, the median kept), and each drafter's draft step through the engine's own step over a dummy
-request (the median of a few steps). The table is fixed after that, so a seeded sampled request keeps a
-reproducible K. A table is injected instead, with no timing at all, by SpecEngine(costs=...) or by the
-environment variable TRTSPEC_COST_TABLE naming a JSON file of the shape `CostTable.to_dict` writes:
+`calibrate` measures them when the engine is made, on its own target, cache and proposer: verify at 1, 2, .. up
+to the most rows one request verifies (every ~25 % past 16 rows), then x2, x4 .. up to the batch (a few passes
+each over real K/V of a dummy context, the shapes taken round robin, the median kept), and each drafter's draft
+step through the engine's own step over a dummy request (the median of a few steps). The table is fixed after
+that, so a seeded sampled request keeps a reproducible K. A table is injected instead, with no timing at all, by
+SpecEngine(costs=...) or by the environment variable TRTSPEC_COST_TABLE naming a JSON file of the shape
+`CostTable.to_dict` writes:
 
     {"verify": {"1": 0.012, "2": 0.013, ...}, "draft": {"ngram": 0.0001, "*": 0.002}}
 

@@ -24,6 +24,7 @@ Modules (as vLLM v1 splits a speculative engine):
   engine.py     the API and the model runner: prefill and the speculative step (one screen)
   request.py    one request: validation, its random stream, K, stop conditions, text, stats, events
   adaptive.py   adaptive K: the draft length that pays most, from acceptance and the measured costs
+  costs.py      the cost table adaptive K prices with: verify seconds by rows, draft seconds by drafter
   scheduler.py  which requests run: queue, admission, background thread, cancel, drain
   proposer.py   the Proposer interface, Draft, chains/tries/trees; the proposers live with their methods
                 (trtspec/methods/<name>.py, one module each: methods.get(spec.method).proposer(spec, device))

@@ -21,6 +21,7 @@ def test_bench_local_json_and_plot(tmp_path):
     assert report["identical_outputs"] == 2  # greedy speculation is lossless
     assert report["plain"]["drafted"] == 0 and report["speculative"]["drafted"] > 0
     assert report["speculative"]["new_tokens"] == report["plain"]["new_tokens"] == 32
+    assert report["costs"]["verify"]["1"] > 0  # the cost table the engine priced K with
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

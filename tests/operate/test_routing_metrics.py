@@ -15,7 +15,7 @@ class _Family:
     made: list["_Family"] = []
 
     def __init__(self, name, description, kind):
-        self.name, self.metrics = name, []
+        self.name, self.kind, self.metrics = name, kind, []
         _Family.made.append(self)
 
     def Metric(self, labels):  # noqa: N802 - pb_utils' spelling
@@ -26,7 +26,7 @@ class _Family:
         return m
 
     def text(self) -> str:
-        rows = [f"# TYPE {self.name} counter"]
+        rows = [f"# TYPE {self.name} {self.kind}"]
         for m in self.metrics:
             labels = ",".join(f'{k}="{v}"' for k, v in m.labels.items())
             rows.append(f"{self.name}{{{labels}}} {m.value}")
@@ -64,3 +64,24 @@ def test_a_single_drafter_deployment_exports_no_drafter_families():
     metrics = module.Metrics("demo", "eagle", 4)
     metrics.observe(SpecDecodingStats([4], [4], [3], [4], 0.01, 0.02))
     assert not [f for f in _Family.made if f.name.startswith("spec_dec_drafter_")]
+
+
+def test_the_cost_table_is_exported_as_gauges_and_read_back_by_status():
+    """spec_dec_verify_cost_seconds{rows} and spec_dec_draft_cost_seconds{drafter}, set once from the engine's
+    table, come back through `trtspec status`'s parser as the table itself."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.test_request_properties import _load_model
+    from trtspec.runtime.costs import CostTable
+    from trtspec.serve.control import spec_metrics
+
+    module = _load_model("tensorrt_llm.py")
+    module.pb_utils.MetricFamily = _Family
+    _Family.made = []
+    table = CostTable({1: 0.01, 2: 0.0125, 5: 0.02}, {"prose": 0.004, "code": 0.0001})
+    metrics = module.Metrics("demo-routed", "routed", 4, ["prose", "code"], table)
+    metrics.observe(SpecDecodingStats([4], [4], [3], [4], 0.01, 0.02, [1]))
+    text = "\n".join(f.text() for f in _Family.made) + "\n"
+    samples = [(s.name, dict(s.labels), float(s.value)) for f in text_string_to_metric_families(text) for s in f.samples]
+    assert spec_metrics(samples)["demo-routed"]["costs"] == {"verify": {1: 0.01, 2: 0.0125, 5: 0.02},
+                                                             "draft": {"prose": 0.004, "code": 0.0001}}

@@ -12,7 +12,7 @@ from tests.runtime import family
 from tests.runtime.family import VOCAB, engine
 from trtspec.errors import GenerationError
 from trtspec.runtime import Draft, DraftPlan, Proposer, SamplingParams, SpecEngine
-from trtspec.runtime.scheduler import AdaptiveConfig, AdaptiveK, best_option, load_cap
+from trtspec.runtime.adaptive import AdaptiveConfig, AdaptiveK, best_option, load_cap, nominal
 from trtspec.runtime.llama import Llama
 
 N_NEW = 40
@@ -418,11 +418,11 @@ def test_empty_string_prompt_is_rejected(fam):
 
 def test_adaptive_k_follows_the_formula_falls_back_and_probes():
     chain = [(k, k) for k in range(1, 9)]
-    # K maximising E[tau](alpha, K) / (1 + K c): grows with alpha
-    assert [best_option(a, chain, 0.15) for a in (0.95, 0.83, 0.7, 0.5, 0.3)] == [8, 5, 3, 2, 1]
-    assert best_option(0.83, chain, 0.0) == 8 and best_option(0.83, chain, 1.0) == 1
+    # K maximising E[tau](alpha, K) / (1 + K c) (a draft step costs c, verify rows nothing): grows with alpha
+    assert [best_option(a, chain, nominal(0.15)) for a in (0.95, 0.83, 0.7, 0.5, 0.3)] == [8, 5, 3, 2, 1]
+    assert best_option(0.83, chain, nominal(0.0)) == 8 and best_option(0.83, chain, nominal(1.0)) == 1
     a = AdaptiveK([(k, k) for k in range(1, 7)], AdaptiveConfig(min_draft_tokens=2, history=4, fallback_acceptance=0.3),
-                  cost=0.15)
+                  nominal(0.15))
     assert a.next_k() == 6  # no estimate yet: optimistic
     for _ in range(6):
         a.update(6, 6, 6)
@@ -435,8 +435,10 @@ def test_adaptive_k_follows_the_formula_falls_back_and_probes():
     assert a.alpha < 0.3
     assert [a.next_k() for _ in range(4)] == [0, 0, 0, 0]  # plain decoding for `history` steps
     assert a.next_k() == 2  # a probe with the smallest option (min_draft_tokens)
-    a.update(2, 0, 2)  # a bad probe: plain again
-    assert [a.next_k() for _ in range(5)] == [0, 0, 0, 0, 2]
+    a.update(2, 0, 2)  # a bad probe: plain again, twice as long
+    assert [a.next_k() for _ in range(9)] == [0] * 8 + [2]
+    a.update(2, 0, 2)  # another: four times
+    assert [a.next_k() for _ in range(17)] == [0] * 16 + [2]
     a.update(2, 2, 2)  # a good probe restarts the estimate
     assert a.next_k() == 6
 

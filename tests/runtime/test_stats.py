@@ -8,7 +8,7 @@ import pytest
 
 from tests.runtime.family import engine
 from trtspec.runtime import SamplingParams
-from trtspec.runtime.scheduler import StepEvent
+from trtspec.runtime.request import StepEvent
 from trtspec.runtime.stats import RequestStats, SpecDecodingStats, acceptance_rate, tokens_per_step
 
 PROMPTS = [[5, 6, 7], [9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [40], [3, 3, 3, 3]]

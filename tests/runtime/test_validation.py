@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tests.runtime.family import VOCAB, engine
 from trtspec.errors import GenerationError
 from trtspec.runtime import SamplingParams
-from trtspec.runtime.scheduler import MAX_STOP_CHARS, MAX_STOP_STRINGS, MIN_TEMPERATURE
+from trtspec.runtime.request import MAX_STOP_CHARS, MAX_STOP_STRINGS, MIN_TEMPERATURE
 
 NAN, INF = float("nan"), float("inf")
 

@@ -62,6 +62,7 @@ class BenchReport:
     spec: RunStats
     plain: RunStats
     identical: int  # prompts whose greedy outputs were identical
+    costs: dict[str, Any] | None = None  # the engine's cost table (in-process runs; runtime/costs.py)
 
     @property
     def speedup(self) -> float:
@@ -70,7 +71,7 @@ class BenchReport:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "method": self.method, "where": self.where, "max_tokens": self.max_tokens,
                 "speculative": self.spec.to_dict(), "plain": self.plain.to_dict(), "speedup": self.speedup,
-                "identical_outputs": self.identical, "prompts": self.spec.requests}
+                "identical_outputs": self.identical, "prompts": self.spec.requests, "costs": self.costs}
 
 
 def _pct(values: list[float], q: int) -> float | None:
@@ -95,6 +96,7 @@ def local_runner(spec: Spec, max_tokens: int, chat: bool = False) -> Runner:
         r = engine.generate(ids, SamplingParams(max_new_tokens=max_tokens, num_draft_tokens=k))
         return r.text, len(r.tokens), r.seconds, r.ttft_seconds, r.drafted, r.accepted, r.steps
 
+    run.costs = engine.costs.to_dict()  # what the engine measured (or was given): shown beside the results
     return run
 
 
@@ -139,7 +141,8 @@ def compare(spec: Spec, prompts: list[str], run: Runner, *, max_tokens: int, whe
         identical += texts["spec"] == texts["plain"]
         if progress:
             progress(i + 1, len(prompts))
-    return BenchReport(spec.name, spec.method, where, max_tokens, stats["spec"], stats["plain"], identical)
+    return BenchReport(spec.name, spec.method, where, max_tokens, stats["spec"], stats["plain"], identical,
+                       getattr(run, "costs", None))
 
 
 def default_prompts(spec: Spec, n: int) -> list[str]:

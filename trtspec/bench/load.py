@@ -10,7 +10,7 @@ acceptance, tokens per step, per-position acceptance, the speedup over K = 0 at 
 ideal speedup and greedy mismatches against K = 0. Definitions, as AIPerf/genai-perf use them:
 
     TTFT = request sent -> first non-empty text; ITL = (request latency - TTFT) / (output tokens - 1)
-    ideal speedup = E[tokens/step](a, K) / (1 + K c)   (a = acceptance rate, c = scheduler.DRAFT_COST)
+    ideal speedup = E[tokens/step](a, K) / (1 + K c)   (a = acceptance rate, c = IDEAL_DRAFT_COST, nominal)
     per-position acceptance[i] = steps whose i-th draft token was accepted / steps that drafted
 
 Per-position counts come from the engine's step stats (in-process) or from the server's
@@ -28,6 +28,10 @@ from typing import Any
 
 from trtspec.errors import GenerationError
 from trtspec.runtime.stats import acceptance_rate, tokens_per_step
+
+# the ideal speedup's nominal cost of one draft token in decode steps (a display figure: the engine prices K
+# with the costs it measured, runtime/costs.py)
+IDEAL_DRAFT_COST = 0.15
 
 AUTO = None  # K of a point: the deployment's own (adaptive, scheduled)
 
@@ -93,12 +97,12 @@ class Point:
 
     @property
     def ideal_speedup(self) -> float:
-        from trtspec.runtime.scheduler import DRAFT_COST, expected_tokens
+        from trtspec.runtime.adaptive import expected_tokens
 
         k = self.mean_k
         if not k:
             return 1.0
-        return expected_tokens(self.acceptance, round(k)) / (1.0 + k * DRAFT_COST)
+        return expected_tokens(self.acceptance, round(k)) / (1.0 + k * IDEAL_DRAFT_COST)
 
     def to_dict(self) -> dict[str, Any]:
         def pcts(xs):

@@ -108,7 +108,13 @@ def _table(reports, console) -> None:
                       f"{s['tokens_per_second']:.1f}", f"{r.speedup:.2f}x", f"{s['acceptance_rate']:.2f}",
                       f"{s['tokens_per_step']:.2f}", f"{p['latency_p50_s']:.2f}s", f"{s['latency_p50_s']:.2f}s", ttft,
                       f"{r.identical}/{r.spec.requests}")
-    Console(width=max(Console().width, 110)).print(table)
+    out = Console(width=max(Console().width, 110))
+    out.print(table)
+    from trtspec.cli.status import cost_table
+
+    for r in reports:
+        if r.costs:
+            out.print(cost_table(r.costs, f"{r.name}: the costs adaptive K priced with ({r.costs['source']})"))
 
 
 def _prompts(source: str | None, spec, n: int) -> list[str]:

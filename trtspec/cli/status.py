@@ -21,8 +21,9 @@ from trtspec.cli.options import admin_key_option, json_option
 def status(config, url, metrics_url, admin_key, as_json) -> None:
     """Show what a Triton server runs: live/ready, every model's version, state, readiness and deploy
     revision, and per generation model its requests, acceptance, tokens/step and per-position acceptance
-    (from its Prometheus metrics; a routed deployment also per drafter), plus Triton's inference and queue
-    counters.
+    (from its Prometheus metrics; a routed deployment also per drafter) and the cost table its adaptive K
+    prices with (spec_dec_verify_cost_seconds by rows, spec_dec_draft_cost_seconds by drafter), plus Triton's
+    inference and queue counters.
 
     The model list comes from the repository index, which needs the admin key (--admin-key, or the key
     `trtspec serve` recorded); without it only the spec's models are shown.
@@ -97,8 +98,28 @@ def _print(out) -> None:
                                f"{d['tokens_per_step']:.2f}")
         if routed.row_count:
             console.print(routed)
+        for name, m in sorted(metrics.items()):
+            if m.get("costs"):
+                console.print(cost_table(m["costs"], f"{name}: cost table (adaptive K)"))
     elif out.get("metrics_error"):
         console.print(f"metrics: {out['metrics_error']}")
+
+
+def cost_table(costs: dict, title: str):
+    """A rich table of a cost table's dict (runtime.costs.CostTable.to_dict's shape): verify seconds by rows
+    (and relative to one row), then each drafter's draft step."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("pass", "ms", "x 1 row"):
+        table.add_column(col, justify="right")
+    verify = {int(k): float(v) for k, v in costs["verify"].items()}
+    one = verify.get(1) or 1.0
+    for rows, seconds in sorted(verify.items()):
+        table.add_row(f"verify, {rows} row{'s' if rows > 1 else ''}", f"{seconds * 1e3:.2f}", f"{seconds / one:.2f}")
+    for drafter, seconds in sorted(costs.get("draft", {}).items()):
+        table.add_row(f"draft step, {drafter}", f"{seconds * 1e3:.2f}", f"{seconds / one:.2f}")
+    return table
 
 
 def register(main: click.Group) -> None:

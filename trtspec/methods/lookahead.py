@@ -28,9 +28,6 @@ if TYPE_CHECKING:
     import torch
 
 NAME = "lookahead"
-# One verify row (a window cell or a candidate token) in units of the engine's draft-token cost
-# (scheduler.DRAFT_COST, which includes a draft model's own pass: a row here only grows the target's pass).
-ROW_COST = 0.5
 DEPRECATION = ("method 'lookahead' is now Jacobi lookahead decoding (W, N, G as TensorRT-LLM's); use method "
                "'ngram' ([speculative.ngram]) for the prompt lookup it meant before")
 
@@ -146,9 +143,9 @@ class LookaheadProposer(Proposer):
         self.last: list[tuple | None] = [None] * max_batch  # (levels before, top) of the last step (tests)
         if k <= 0 or self.G == 0:
             return DraftPlan.chain(0)
-        # adaptive K's cost model: the window's rows every drafting step, up to G candidates per depth
+        # adaptive K's rows: the window's every drafting step, up to G candidates per unit of K
         return DraftPlan(k, tuple((j, min(j, self.N - 1)) for j in range(1, k + 1)),
-                         overhead=ROW_COST * len(self.depths), width=ROW_COST * self.G)
+                         fixed_rows=len(self.depths), width=self.G)
 
     def admit(self, row: int, hidden: torch.Tensor | None) -> None:
         self.rows[row] = None  # built from the prompt at its first propose

@@ -6,7 +6,7 @@ is now Jacobi lookahead decoding (lookahead.py).
     runtimes       what the TensorRT-LLM runtimes make of it is their method tables' (docs/architecture.md)
 
 A step that finds no match drafts nothing and costs a plain decode step; matches that keep failing lower the
-request's acceptance and adaptive K falls back to plain decoding (scheduler.AdaptiveK).
+request's acceptance and adaptive K falls back to plain decoding (runtime/adaptive.py).
 """
 
 from __future__ import annotations

@@ -22,7 +22,10 @@ round a batch differently from one row).
 
 Modules (as vLLM v1 splits a speculative engine):
   engine.py     the API and the model runner: prefill and the speculative step (one screen)
-  scheduler.py  requests: validation, queue, admission, background thread, cancel, drain, adaptive K
+  request.py    one request: validation, its random stream, K, stop conditions, text, stats, events
+  adaptive.py   adaptive K: the draft length that pays most, from acceptance and the measured costs
+  costs.py      the cost table adaptive K prices with: verify seconds by rows, draft seconds by drafter
+  scheduler.py  which requests run: queue, admission, background thread, cancel, drain
   proposer.py   the Proposer interface, Draft, chains/tries/trees; the proposers live with their methods
                 (trtspec/methods/<name>.py, one module each: methods.get(spec.method).proposer(spec, device))
   rejection.py  the rejection sampler: greedy identity, min(1, p/q) + residual + bonus, trees, point masses
@@ -40,8 +43,8 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "SpecEngine": "engine", "StepEvent": "scheduler", "GenerationResult": "scheduler",
-    "AdaptiveConfig": "scheduler", "SamplingParams": "sampling", "Llama": "llama", "LlamaConfig": "llama",
+    "SpecEngine": "engine", "StepEvent": "request", "GenerationResult": "request",
+    "AdaptiveConfig": "adaptive", "SamplingParams": "sampling", "Llama": "llama", "LlamaConfig": "llama",
     "Draft": "proposer", "DraftPlan": "proposer", "ProposalBatch": "proposer", "Proposer": "proposer",
     "SpecDecodingStats": "stats", "RequestStats": "stats",
 }

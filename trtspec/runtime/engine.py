@@ -1,10 +1,11 @@
 """SpecEngine: the reference speculative-decoding runtime (torch), with continuous batching.
 
 The pieces, as vLLM v1 splits them: scheduler.py decides which requests run (queue, admission, the background
-thread, cancellation, drain, adaptive K); proposer.py + the methods' proposers (trtspec/methods/) propose
-drafts; rejection.py accepts them; detok.py turns tokens into text and stops at stop strings; stats.py counts.
-This module holds the API and the model runner: the prefill and the speculative step, one screen each (`step`
-below), which follow reference/speculative-decoding.md:
+thread, cancellation, drain); request.py is one request's state and adaptive.py its K; proposer.py + the
+methods' proposers (trtspec/methods/) propose drafts; rejection.py accepts them; detok.py turns tokens into text
+and stops at stop strings; stats.py counts. This module holds the API and the model runner: the prefill and
+the speculative step, one screen each (`step` below), which follow speculative sampling (arXiv 2211.17192,
+2302.01318):
 
   1. choose K per request (adaptive: recent acceptance, a cap by load, fallback to plain decoding);
   2. the proposer proposes a chain or tree per request;
@@ -15,7 +16,6 @@ below), which follow reference/speculative-decoding.md:
   6. the new tokens go through the stop conditions; the step's SpecDecodingStats go to `on_step`
      observers, then each request's StepEvent to its consumer.
 """
-
 from __future__ import annotations
 
 import logging
@@ -28,14 +28,17 @@ import torch
 
 from trtspec.artifacts.tokenizer import load_tokenizer
 from trtspec.errors import GenerationError
+from trtspec.runtime import costs as cost_table
+from trtspec.runtime.adaptive import AdaptiveConfig, Price, load_cap
 from trtspec.runtime.cache import chain_inputs, draft_inputs
+from trtspec.runtime.costs import CostTable
 from trtspec.runtime.llama import Llama
 from trtspec.runtime.proposer import ProposalBatch, Proposer
 from trtspec.runtime.rejection import rejection_sample
+from trtspec.runtime.request import GenerationResult, Request, StepEvent, token_ids, validate
 from trtspec.runtime.router import RoutedProposer
 from trtspec.runtime.sampling import SamplingParams, sample_token
-from trtspec.runtime.scheduler import (DRAFT_COST, AdaptiveConfig, GenerationResult, Request, Scheduler, StepEvent,
-                                       load_cap, token_ids, validate)
+from trtspec.runtime.scheduler import Scheduler
 from trtspec.runtime.stats import SpecDecodingStats
 from trtspec.spec import schedule_k
 
@@ -48,14 +51,15 @@ class SpecEngine:
 
     def __init__(self, target: Llama, proposer: Proposer | None = None, tokenizer=None, *, max_batch_size: int = 4,
                  max_input_len: int = 512, max_output_len: int = 256, num_draft_tokens: int = 4,
-                 adaptive: AdaptiveConfig = AdaptiveConfig(), name: str = "model", draft_cost: float = DRAFT_COST,
+                 adaptive: AdaptiveConfig = AdaptiveConfig(), name: str = "model", costs: CostTable | None = None,
                  schedule: dict[int, int] | None = None, draft_quantization: str | None = None):
         self.schedule = dict(schedule) if schedule else None  # K by batch size (spec.schedule_k); None: load_cap
         self.target, self.proposer, self.tokenizer, self.name = target, proposer or Proposer(), tokenizer, name
         self.max_batch_size, self.max_input_len, self.max_output_len = max_batch_size, max_input_len, max_output_len
-        self.adaptive, self.draft_cost, self.device = adaptive, draft_cost, target.device
+        self.adaptive, self.device = adaptive, target.device
         # slots: prompt + output + one step's draft nodes past the end (+ the pending token)
-        self.max_seq = max_input_len + max_output_len + self.proposer.max_nodes(num_draft_tokens) + 2
+        self.max_rows = self.proposer.max_nodes(num_draft_tokens) + 1  # the most rows one request verifies
+        self.max_seq = max_input_len + max_output_len + self.max_rows + 1
         target.set_max_seq(self.max_seq)
         self.cache = target.new_cache(max_batch_size, self.max_seq)
         self.plan = self.proposer.setup(target, max_batch_size, self.max_seq, num_draft_tokens)
@@ -76,13 +80,19 @@ class SpecEngine:
         self.eos_ids = frozenset(eos)
         self.on_step: list[Callable[[SpecDecodingStats], None]] = []  # called on the stepping thread, per step
         self.scheduler = Scheduler(max_batch_size, self)
+        # what a step costs here (costs.py): injected (the argument, else TRTSPEC_COST_TABLE), else measured now
+        drafters = (self.drafter_names or [self.method]) if self.k_max > 0 else []
+        self.prices = [Price(lambda n: 1.0)] * len(self.plans)  # (calibration's requests run at a fixed K)
+        self.costs = costs or cost_table.from_env() or cost_table.calibrate(self, drafters)
+        self.prices = [Price(self.costs.verify_seconds, self.costs.draft_seconds(d), p.fixed_rows, p.width)
+                       for d, p in zip(drafters or [self.method], self.plans)]
 
     @classmethod
-    def from_spec(cls, spec, proposer: Proposer, tokenizer=None, *, num_draft_tokens: int | None = None
-                  ) -> "SpecEngine":
+    def from_spec(cls, spec, proposer: Proposer, tokenizer=None, *, num_draft_tokens: int | None = None,
+                  costs: CostTable | None = None) -> "SpecEngine":
         """Load the target and the tokenizer as `spec` (trtspec.spec.Spec) says, around `proposer`: the spec's
         method's, made by the caller (trtspec.methods.engine composes the two). `num_draft_tokens`: K (None: the
-        spec's; 0 for a method that drafts nothing)."""
+        spec's; 0 for a method that drafts nothing); `costs`: an injected cost table (None: see __init__)."""
         if spec.runtime.torch.threads:
             torch.set_num_threads(spec.runtime.torch.threads)
         lim = spec.limits
@@ -103,7 +113,7 @@ class SpecEngine:
                    max_input_len=lim.max_input_len, max_output_len=lim.max_output_len, num_draft_tokens=k,
                    adaptive=AdaptiveConfig(a.enabled, a.min_draft_tokens, a.history, a.fallback_acceptance),
                    name=spec.model.name, schedule=spec.speculative.schedule,
-                   draft_quantization=spec.speculative.draft_quantization)
+                   draft_quantization=spec.speculative.draft_quantization, costs=costs)
 
     # ------------------------------------------------------------------------------------------------ API
 
@@ -227,9 +237,11 @@ class SpecEngine:
         plan = self.plans[drafter]
         validate(prompt, params, vocab=self.target.cfg.vocab_size, max_input_len=self.max_input_len,
                  max_output_len=self.max_output_len, k_max=plan.k_max, tokenizer=self.tokenizer)
-        eos = self.eos_ids if params.end_id is None else frozenset() if params.end_id < 0 else frozenset([params.end_id])
-        req = Request(prompt, params, on_event, eos, plan.k_max, self.adaptive, plan.options, self.draft_cost,
-                      self.tokenizer, (plan.overhead, plan.width))
+        eos = self.eos_ids
+        if params.end_id is not None:
+            eos = frozenset([params.end_id]) if params.end_id >= 0 else frozenset()
+        req = Request(prompt, params, on_event, eos, plan.k_max, self.adaptive, plan.options, self.prices[drafter],
+                      self.tokenizer)
         req.drafter = drafter
         return req
 
@@ -256,50 +268,68 @@ class SpecEngine:
     @torch.inference_mode()
     def step(self, reqs: list[Request]) -> list[Request]:
         """One speculative step for every active request (row b = reqs[b]); returns the ones that ended."""
-        params, draws, plans = [r.params for r in reqs], [r.uniforms for r in reqs], [self.plans[r.drafter] for r in reqs]
-        ks = [r.choose_k(self.load_cap(len(reqs), p.k_max), p.k_is_depth) for r, p in zip(reqs, plans)]  # 1. K
+        plans = [self.plans[r.drafter] for r in reqs]
+        params = [r.params for r in reqs]
+        draws = [r.uniforms for r in reqs]
+        # 1. K per request
+        ks = [r.choose_k(self.load_cap(len(reqs), p.k_max), p.k_is_depth, len(reqs)) for r, p in zip(reqs, plans)]
+        # 2. propose (a tree's K counted nodes: drop what is deeper than its request can keep)
         t0 = time.perf_counter()
-        drafts = self.proposer.propose(ProposalBatch([r.seq for r in reqs], params, ks, draws))      # 2. propose
-        # K counted a tree's nodes: drop what is deeper than a request can keep
+        drafts = self.proposer.propose(ProposalBatch([r.seq for r in reqs], params, ks, draws))
         drafts = [d if p.k_is_depth else d.pruned(r.room) for d, r, p in zip(drafts, reqs, plans)]
         t1 = time.perf_counter()
-        lengths = [len(r.seq) - 1 for r in reqs]                                                     # 3. verify
+        # 3. verify: row b = [pending token, draft nodes, branch inputs], padded, in ONE target pass
+        lengths = [len(r.seq) - 1 for r in reqs]
+        tokens, inp = self._verify_inputs(reqs, drafts, lengths)  # tokens [B, T]
+        logits, hidden = self.target.forward(self.cache, inp.positions, inp.start, inp.mask, tokens=tokens)
+        # logits [B, T, V], hidden [B, T, H]
+        # 4. accept: a path of draft nodes per row, and the tokens it emits
+        paths, emitted = rejection_sample(logits, drafts, params, draws)
+        # 5. commit: each row's cache keeps the pending token and its accepted path
+        for b, path in enumerate(paths):
+            self.cache.keep_path(b, lengths[b], [0] + [j + 1 for j in path])
+        t2 = time.perf_counter()
+        if any(d.branch is not None for d in drafts):
+            self.proposer.commit_branch(_branch_outputs(logits, drafts))
+        self.proposer.commit(paths, hidden)
+        t3 = time.perf_counter()
+        # 6. emit: adaptive K learns, the stop conditions cut, the observers get the stats, then the events
+        depths = [_tested_depth(d) for d in drafts]
+        for r, path, depth, d in zip(reqs, paths, depths, drafts):
+            r.learn(len(path), depth, len(d.tokens))
+        kept = [r.extend(new) for r, new in zip(reqs, emitted)]
+        draft_s = (t1 - t0) + (t3 - t2)
+        verify_s = t2 - t1
+        self._observe(reqs, drafts, depths, paths, kept, draft_s, verify_s)
+        return [r for r, d, path, out in zip(list(reqs), drafts, paths, kept)
+                if r.send(out, len(d.tokens), len(path), draft_s, verify_s)]
+
+    def _verify_inputs(self, reqs: list[Request], drafts: list, lengths: list[int]):
+        """The verify pass's tokens [B, T] (row b: the pending token, its draft nodes, its branch inputs, then
+        padding) and its positions/mask (cache.draft_inputs)."""
         branches = [d.branch for d in drafts]  # inputs run and never kept (lookahead's window), after the nodes
         rows = [d.tokens + (list(br.tokens) if br is not None else []) for d, br in zip(drafts, branches)]
         T = 1 + max(len(x) for x in rows)
         tokens = [[r.seq[-1]] + x + [0] * (T - 1 - len(x)) for r, x in zip(reqs, rows)]
         inp = draft_inputs(lengths, [d.parents for d in drafts], T, self.device, branches)
-        logits, hidden = self.target.forward(self.cache, inp.positions, inp.start, inp.mask,
-                                             tokens=torch.tensor(tokens, device=self.device))
-        paths, emitted = rejection_sample(logits, drafts, params, draws)                            # 4. accept
-        for b, path in enumerate(paths):                                                             # 5. commit
-            self.cache.keep_path(b, lengths[b], [0] + [j + 1 for j in path])
-        t2 = time.perf_counter()
-        if any(br is not None for br in branches):
-            self.proposer.commit_branch(_branch_outputs(logits, drafts))
-        self.proposer.commit(paths, hidden)
-        t3 = time.perf_counter()
-        # a branch costs its rows whether or not it found candidates: a step that ran one is a tested draft,
-        # so adaptive K's fallback switches a branch that does not pay off like any other drafter
-        depths = [max(d.depth, 1) if d.branch is not None else d.depth for d in drafts]
-        for r, path, depth in zip(reqs, paths, depths):
-            r.learn(len(path), depth)
-        kept = [r.extend(new) for r, new in zip(reqs, emitted)]                                      # 6. emit
-        draft_s, verify_s = (t1 - t0) + (t3 - t2), t2 - t1
+        return torch.tensor(tokens, device=self.device), inp  # [B, T]
+
+    def _observe(self, reqs: list[Request], drafts: list, depths: list[int], paths: list[list[int]],
+                 kept: list[list[int]], draft_s: float, verify_s: float) -> None:
+        """The step's SpecDecodingStats to the on_step observers (before the events: whoever reads both sees
+        the stats first); an observer that fails does not fail the requests."""
         stats = SpecDecodingStats(depths, [len(d.tokens) for d in drafts], [len(p) for p in paths],
                                   [len(k) for k in kept], draft_s, verify_s,
                                   [r.drafter for r in reqs] if self.routed else [])
-        for observe in self.on_step:  # before the events: whoever reads both sees the stats first
+        for observe in self.on_step:
             try:
                 observe(stats)
-            except Exception:  # an observer must not fail the requests
+            except Exception:
                 log.exception("trtspec: an on_step observer failed")
-        return [r for r, d, path, out in zip(list(reqs), drafts, paths, kept)
-                if r.send(out, len(d.tokens), len(path), draft_s, verify_s)]
 
     def load_cap(self, batch: int, k_max: int | None = None) -> int:
         """The cap on K for a step of `batch` requests: the spec's schedule (its band for the batch size), else
-        scheduler.load_cap. Like load_cap it caps adaptive K of greedy and unseeded requests only. `k_max`: the
+        adaptive.load_cap. Like load_cap it caps adaptive K of greedy and unseeded requests only. `k_max`: the
         request's drafter's (a routed engine), else the engine's."""
         k_max = self.k_max if k_max is None else k_max
         return schedule_k(self.schedule, k_max, batch) if self.schedule else load_cap(k_max, batch)
@@ -319,8 +349,15 @@ class SpecEngine:
             self.proposer.clear()
 
 
+def _tested_depth(d) -> int:
+    """The depth adaptive K learns from: a branch costs its rows whether or not it found candidates, so a step
+    that ran one is a tested draft (a branch that does not pay off falls back like any other drafter)."""
+    return max(d.depth, 1) if d.branch is not None else d.depth
+
+
 def _branch_outputs(logits: torch.Tensor, drafts) -> list[list[int] | None]:
-    """Per row with a branch: the target's argmax at the pending token and at each branch input."""
+    """Per row with a branch: the target's argmax at the pending token and at each branch input (logits
+    [B, T, V])."""
     out: list[list[int] | None] = []
     for b, d in enumerate(drafts):
         if d.branch is None:

@@ -129,13 +129,13 @@ class DraftPlan:
     """What a proposer drafts given the spec's K: the largest K it honours, the (K, depth of the draft it
     gives) choices adaptive K picks from, and whether K is a depth (a chain: the engine caps it by what a
     request can still keep) or a tree's node budget (the engine prunes nodes deeper than that). A drafting
-    step costs adaptive K `overhead + width·K` draft tokens (scheduler.best_option)."""
+    step of budget K verifies `fixed_rows + width·K` rows besides the pending token (adaptive.Price)."""
 
     k_max: int
     options: tuple[tuple[int, int], ...]
     k_is_depth: bool = True
-    overhead: float = 0.0  # draft-token equivalents each drafting step costs whatever K (lookahead's window)
-    width: float = 1.0     # verified tokens per unit of K (lookahead: up to G candidates per depth)
+    fixed_rows: int = 0   # rows each drafting step verifies whatever K (lookahead's window)
+    width: float = 1.0    # verified rows per unit of K before a request's drafts teach it (lookahead: G)
 
     @classmethod
     def chain(cls, k_max: int) -> "DraftPlan":

@@ -1,8 +1,9 @@
 """The rejection sampler: which draft tokens a step keeps, and the token after them (vLLM v1's
 RejectionSampler). One batched entry point, `rejection_sample`; each rule below is one short function.
 
-The rules follow reference/speculative-decoding.md. For a draft token x drawn from q where the target's
-distribution is p (both *processed*: temperature, top-k, top-p applied; sampling.processed_probs):
+The rules are speculative sampling's (Leviathan et al., arXiv 2211.17192; Chen et al., arXiv 2302.01318).
+For a draft token x drawn from q where the target's distribution is p (both *processed*: temperature, top-k,
+top-p applied; sampling.processed_probs):
 
     accept x with probability  min(1, p(x) / q(x))                       -> accept_probability
     on rejection, sample from   norm(max(0, p - q))                       -> residual

@@ -117,7 +117,8 @@ class AdaptiveSection(_Strict):
     enabled: bool = True
     min_draft_tokens: int = Field(1, ge=1, le=MAX_DRAFT_TOKENS)
     history: int = Field(8, ge=1, le=1024, description="steps of acceptance history per request")
-    fallback_acceptance: float = Field(0.2, ge=0.0, le=1.0, description="below this, fall back to plain decoding")
+    fallback_acceptance: float = Field(0.0, ge=0.0, le=1.0, description="an optional floor: below this acceptance, "
+                                       "fall back to plain decoding (0: off; the measured costs decide)")
 
 
 def _schedule_keys(value: Any) -> Any:

@@ -78,11 +78,20 @@ DRAFTER_FAMILIES = (  # a routed spec: per drafter (label drafter), from SpecDec
 )
 
 
+COST_FAMILIES = (  # the engine's cost table (runtime/costs.py), set once at load: labels model, method + rows/drafter
+    ("spec_dec_verify_cost_seconds", "rows", "Seconds of one target pass over this many rows in all (measured at "
+     "load, or injected), which adaptive K prices its options with"),
+    ("spec_dec_draft_cost_seconds", "drafter", "Seconds of one draft step of the drafter (measured at load, or "
+     "injected)"),
+)
+
+
 class Metrics:
     """The spec_dec_* Prometheus families of one model instance, fed by the engine's per-step
-    SpecDecodingStats (`observe`, an engine.on_step observer) and by the request lifecycle."""
+    SpecDecodingStats (`observe`, an engine.on_step observer) and by the request lifecycle; the cost table
+    (`costs`, a runtime.costs.CostTable) as gauges set once."""
 
-    def __init__(self, model, method, positions, drafters=()):
+    def __init__(self, model, method, positions, drafters=(), costs=None):
         labels = {"model": model, "method": method}
         self.families = []  # a Metric works only while its MetricFamily is alive
         for attribute, name, kind, description in FAMILIES:
@@ -103,6 +112,14 @@ class Metrics:
             routed.append((attribute, family))
         # per drafter (engine.drafter_names' order): {attribute: Metric}
         self.drafters = [{a: f.Metric(labels={**labels, "drafter": d}) for a, f in routed} for d in drafters]
+        if costs is not None:
+            (verify, rows_label, verify_doc), (draft, drafter_label, draft_doc) = COST_FAMILIES
+            for name, label, doc, values in ((verify, rows_label, verify_doc, costs.verify),
+                                             (draft, drafter_label, draft_doc, costs.draft)):
+                family = pb_utils.MetricFamily(name=name, description=doc, kind=pb_utils.MetricFamily.GAUGE)
+                self.families.append(family)
+                for key, seconds in values.items():
+                    family.Metric(labels={**labels, label: str(key)}).set(float(seconds))
 
     def observe(self, step):
         """One engine step (called on the engine's thread before the step's responses are sent)."""
@@ -262,7 +279,8 @@ class TritonPythonModel:
         self.tokenizer = self.engine.tokenizer
         self.boundary = detok.boundary_tokens(self.tokenizer)
         self.limits = spec.limits
-        self.metrics = Metrics(spec.name, spec.method, self.engine.plan.max_depth, self.engine.drafter_names)
+        self.metrics = Metrics(spec.name, spec.method, self.engine.plan.max_depth, self.engine.drafter_names,
+                               self.engine.costs)
         self.engine.on_step.append(self.metrics.observe)
         serving.watch_server(on_drain=self.drain)  # exit with the server; drain when it stops
 

@@ -1,0 +1,206 @@
+"""Cost-aware adaptive K: the cost table (measured once, or injected) and the priced choice of K."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.runtime.family import engine, write_spec
+from tests.runtime.test_engine import make_prompts
+from trtspec import methods
+from trtspec.check import load_spec
+from trtspec.errors import SpecError
+from trtspec.runtime import costs
+from trtspec.runtime.adaptive import AdaptiveConfig, AdaptiveK, Price, best, expected_tokens
+from trtspec.runtime.costs import CostTable
+from trtspec.runtime.request import Request
+from trtspec.runtime.sampling import SamplingParams
+
+CHAIN = [(k, k) for k in range(1, 9)]
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return make_prompts(2, seed=0)
+
+
+def table(verify: dict[int, float], draft: float) -> CostTable:
+    return CostTable(verify, {"*": draft}, "test")
+
+
+def brute_force(alpha: float, verify, draft: float, batch: int = 1) -> dict[int, float]:
+    """Per chain K: E[tau](alpha, K) * verify(B) / (verify(B (K + 1)) + K draft), written out."""
+    return {k: expected_tokens(alpha, k) * verify(batch) / (verify(batch * (k + 1)) + k * draft) for k in range(1, 9)}
+
+
+# ------------------------------------------------------------------------------------------- the table
+
+def test_the_table_interpolates_between_measured_rows_and_grows_in_proportion_past_them():
+    t = CostTable({1: 1.0, 5: 2.0, 10: 3.0}, {"ngram": 0.01, "*": 0.2})
+    assert t.verify_seconds(1) == 1.0 and t.verify_seconds(3) == 1.5 and t.verify_seconds(7.5) == 2.5
+    assert t.verify_seconds(20) == 6.0
+    assert t.draft_seconds("ngram") == 0.01 and t.draft_seconds("draft-model") == 0.2
+    assert CostTable.from_dict(json.loads(json.dumps(t.to_dict()))).verify == t.verify
+
+
+@pytest.mark.parametrize("data", [{"verify": {"2": 1.0}}, {"verify": {"1": -1.0}}, {"verify": {"x": 1.0, "1": 1}},
+                                  {"verify": {"1": float("nan")}}, {"draft": {}}, [1, 2], {"verify": {"1": 0}}])
+def test_a_bad_table_is_a_spec_error(data):
+    with pytest.raises(SpecError):
+        CostTable.from_dict(data)
+
+
+def test_the_env_var_injects_a_table_and_a_bad_file_is_named(tmp_path, monkeypatch):
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps({"verify": {"1": 2.0, "8": 3.0}, "draft": {"*": 0.5}}))
+    monkeypatch.setenv(costs.ENV, str(path))
+    assert costs.from_env().verify == {1: 2.0, 8: 3.0}
+    path.write_text("{not json")
+    with pytest.raises(SpecError, match="costs.json"):
+        costs.from_env()
+
+
+def test_row_counts_go_to_the_most_one_request_verifies_then_double_up_to_the_batch():
+    assert costs.row_counts(5, 1) == [1, 2, 3, 4, 5]
+    assert costs.row_counts(5, 4) == [1, 2, 3, 4, 5, 10, 20]
+    assert costs.row_counts(3, 6) == [1, 2, 3, 6, 12, 18]
+    assert costs.row_counts(40, 2) == list(range(1, 17)) + [20, 25, 31, 38, 40, 80]  # a large tree: sparser
+    assert costs.shape(4, 5) == (1, 4) and costs.shape(20, 5) == (4, 5)
+
+
+def test_an_injected_table_is_used_as_is_and_nothing_is_timed(fam, monkeypatch):
+    monkeypatch.setattr(costs, "calibrate", lambda *a, **k: pytest.fail("an injected table must not be measured"))
+    eng = engine(fam, "draft-model", draft="draft_near")
+    assert eng.costs.source == costs.from_env().source  # the conftest's nominal table
+    given_table = table({1: 1.0, 4: 1.5}, 0.3)
+    eng = methods.engine(load_spec(write_spec(fam, "draft-model", draft="draft_near")), costs=given_table)
+    assert eng.costs is given_table and eng.prices[0].draft == 0.3
+
+
+def test_a_measured_table_is_fixed_once_made_and_its_outputs_equal_plain_decoding(fam, monkeypatch, prompts):
+    """Without an injected table the engine measures one at load (every row count, every drafter) and keeps
+    it; seeded sampled outputs repeat, and greedy outputs equal plain decoding."""
+    monkeypatch.delenv(costs.ENV)
+    for method, kw in (("draft-model", {"draft": "draft_near"}), ("ngram", {})):
+        eng = engine(fam, method, k=4, batch=2, **kw)
+        t = eng.costs
+        assert t.source == "measured" and list(t.verify) == costs.row_counts(eng.max_rows, 2)
+        assert all(s > 0 for s in t.verify.values()) and set(t.draft) == {method}
+        assert eng.num_active == 0 and eng.cache.lengths == [0, 0]  # calibration left nothing behind
+        sp = SamplingParams(max_new_tokens=24, temperature=1.0, seed=3, end_id=-1)
+        first = eng.generate(prompts[0], sp)
+        again = eng.generate(prompts[0], sp)
+        assert eng.costs is t and (first.tokens, first.drafted) == (again.tokens, again.drafted)
+        greedy = SamplingParams(max_new_tokens=24, end_id=-1)
+        assert eng.generate(prompts[1], greedy).tokens == eng.generate(prompts[1], SamplingParams(
+            max_new_tokens=24, end_id=-1, num_draft_tokens=0)).tokens
+
+
+# ---------------------------------------------------------------------------------------- the priced K
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(alpha=st.floats(0.0, 1.0), slope=st.floats(0.0, 1.0), knee=st.integers(1, 9), jump=st.floats(0.0, 2.0),
+       draft=st.floats(0.0, 1.2), batch=st.integers(1, 4))
+def test_k_follows_the_priced_formula_on_synthetic_tables(alpha, slope, knee, jump, draft, batch):
+    """Synthetic verify curves (a slope, and a jump past a knee, as int8 blocks of rows show) and draft costs:
+    the option adaptive K takes is the brute-force argmax, and it drafts only where that pays (> 1)."""
+    t = table({1: 1.0, knee: 1.0 + slope * (knee - 1), knee + 1: 1.0 + slope * knee + jump, 64: 1.0 + slope * 63 + jump}
+              if knee > 1 else {1: 1.0, 2: 1.0 + slope + jump, 64: 1.0 + 63 * slope + jump}, draft)
+    price = Price(t.verify_seconds, draft)
+    gains = brute_force(alpha, t.verify_seconds, draft, batch)
+    k, gain = best(alpha, CHAIN, price, batch)
+    assert gain == pytest.approx(max(gains.values()), rel=1e-9) and gains[k] == pytest.approx(gain, rel=1e-9)
+    a = AdaptiveK(CHAIN, AdaptiveConfig(history=1000), price)
+    a.update(8, 0, 8)  # one observation sets alpha
+    a.alpha, a.steps = alpha, a.history  # as if alpha rested on a full history
+    assert a.next_k(batch) == (k if gain > 1.0 else 0)
+
+
+def test_a_costlier_verify_pass_lowers_k():
+    flat = Price(table({1: 1.0, 64: 1.0}, 0.05).verify_seconds, 0.05)
+    int8 = Price(table({1: 1.0, 4: 1.1, 5: 2.0, 8: 2.2, 9: 3.4, 64: 24.0}, 0.05).verify_seconds, 0.05)  # blocks of 4
+    assert best(0.8, CHAIN, flat)[0] == 8
+    assert best(0.8, CHAIN, int8)[0] == 3  # stays inside the first block of four rows
+
+
+@pytest.mark.parametrize("verify", [{1: 1.0, 64: 1.0}, {1: 1.0, 64: 20.0}, {1: 1.0, 5: 2.0, 9: 3.4, 64: 30.0}])
+def test_a_drafter_whose_draft_step_costs_a_decode_step_is_never_on(verify):
+    """c = draft / verify(1) = 1: even with every draft accepted the step costs at least what its tokens save."""
+    price = Price(table(verify, 1.0).verify_seconds, 1.0)
+    a = AdaptiveK(CHAIN, AdaptiveConfig(history=2), price)
+    assert not a.pays() and a.k == 0
+    assert all(a.next_k(b) == 0 for b in (1, 2, 4) for _ in range(50))
+
+
+def test_a_drafter_with_c_1_is_never_on_in_the_engine(fam, prompts):
+    spec = load_spec(write_spec(fam, "draft-model", draft="draft_near", k=4))
+    eng = methods.engine(spec, costs=CostTable({1: 1.0, 5: 1.0}, {"draft-model": 1.0}))
+    res = eng.generate(prompts[0], SamplingParams(max_new_tokens=30, end_id=-1))
+    assert res.drafted == 0
+    cheap = methods.engine(spec, costs=CostTable({1: 1.0, 5: 1.0}, {"draft-model": 0.05}))
+    assert cheap.generate(prompts[0], SamplingParams(max_new_tokens=30, end_id=-1)).drafted > 0
+    assert cheap.generate(prompts[0], SamplingParams(max_new_tokens=30, end_id=-1)).tokens == res.tokens
+
+
+def test_one_bad_first_step_does_not_switch_a_drafter_off():
+    """A rejected first draft gives an estimate of 0 from one step: the request keeps testing (the smallest
+    useful option) until `history` steps decide, then falls back and probes."""
+    a = AdaptiveK(CHAIN, AdaptiveConfig(history=4), Price(table({1: 1.0, 64: 1.0}, 0.1).verify_seconds, 0.1))
+    assert a.next_k() == 8
+    a.update(8, 0, 8)
+    assert a.alpha == 0.0 and a.next_k() == 1
+    for _ in range(3):
+        a.update(1, 1, 1)  # accepted: the estimate recovers
+    assert a.alpha > 0.5 and a.next_k() > 1
+
+
+def test_a_batch_is_priced_by_its_total_rows():
+    """A verify pass that is flat up to 8 rows and then steep: one request drafts 7 (8 rows), four together
+    draft 1 (8 rows in all), eight together nothing."""
+    t = table({1: 1.0, 8: 1.0, 9: 4.0, 64: 40.0}, 0.0)
+    price = Price(t.verify_seconds, 0.0)
+    assert price.speedup(0.9, 1, 1, batch=4) == pytest.approx(expected_tokens(0.9, 1) * 1.0 / t.verify_seconds(8))
+    assert best(0.9, CHAIN, price, 1)[0] == 7
+    assert best(0.9, CHAIN, price, 4)[0] == 1
+    a = AdaptiveK(CHAIN, AdaptiveConfig(), price)
+    assert (a.next_k(1), a.next_k(4)) == (7, 1)
+    assert t.verify_seconds(8 * 2) * 1.0 > 2 * t.verify_seconds(8) and a.next_k(8) == 0
+
+
+def test_nodes_drafted_teach_the_rows_per_k():
+    """An n-gram trie of several continuations verifies more rows than its depth: priced as verified."""
+    price = Price(table({1: 1.0, 4: 1.0, 5: 3.0, 64: 40.0}, 0.0).verify_seconds, 0.0)
+    chain, trie = AdaptiveK(CHAIN, AdaptiveConfig(), price), AdaptiveK(CHAIN, AdaptiveConfig(), price)
+    for _ in range(4):
+        chain.update(3, 3, 3, nodes=3)
+        trie.update(3, 3, 3, nodes=9)  # three candidates per depth
+    assert chain.width == 1.0 and trie.width == 3.0
+    assert chain.next_k() == 3 and trie.next_k() == 1
+
+
+def test_seeded_sampled_outputs_do_not_depend_on_the_load(fam):
+    """With a table whose price makes K follow the batch strongly, a seeded sampled request's K (and so its
+    random draws and its tokens) is priced at batch 1 whatever runs beside it; a greedy one's follows."""
+    spec = load_spec(write_spec(fam, "draft-model", draft="draft_near", k=4, batch=4))
+    eng = methods.engine(spec, costs=CostTable({1: 1.0, 5: 1.05, 6: 3.0, 64: 40.0}, {"*": 0.01}))
+    sp = SamplingParams(max_new_tokens=24, temperature=1.0, seed=5, end_id=-1)
+    alone = eng.generate([0, 1, 2], sp)
+    others = [[3 + i] * 4 for i in range(3)]
+    res = eng.generate_batch([[0, 1, 2], *others], [sp] + [SamplingParams(max_new_tokens=24, end_id=-1)] * 3)
+    assert (res[0].tokens, res[0].drafted) == (alone.tokens, alone.drafted)
+
+
+def test_a_request_prices_its_k_at_the_batch_unless_seeded_and_sampled():
+    price = Price(CostTable({1: 1.0, 5: 1.05, 6: 3.0, 64: 40.0}).verify_seconds, 0.01)
+
+    def request(**kw) -> Request:
+        return Request([1, 2], SamplingParams(max_new_tokens=64, **kw), lambda ev: None, frozenset(), 4,
+                       AdaptiveConfig(), CHAIN[:4], price)
+
+    assert request().choose_k(cap=4, batch=1) == 4
+    assert request().choose_k(cap=4, batch=4) == 0  # 4 requests x 2 rows already cost 3x a decode step
+    assert request(temperature=1.0).choose_k(cap=4, batch=4) == 0  # unseeded: its output may follow the load
+    assert request(temperature=1.0, seed=1).choose_k(cap=1, batch=4) == 4  # seeded: priced at 1, never capped

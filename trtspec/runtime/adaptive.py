@@ -1,0 +1,173 @@
+"""Adaptive K: how many draft tokens each request drafts this step, priced by what the step costs on this
+device (costs.py), and the cap on K by the load (load_cap).
+
+A step that drafts a budget K (chain: K tokens; tree: K nodes) of depth d verifies `rows` rows per request,
+and costs at batch B (every request priced as drafting what this one does: the batch's rows in all)
+
+    verify(B * rows) + d * draft        against   verify(B)  for a plain decoding step,
+
+and emits E[tau](alpha, d) = (1 - alpha^(d+1)) / (1 - alpha) tokens per request on average (i.i.d. acceptance
+alpha per token; arXiv 2211.17192, eq. 1). The expected speedup of the option is therefore
+
+    E[tau](alpha, d) * verify(B) / (verify(B * rows) + d * draft),
+
+adaptive K drafts the option that maximises it, and only while that maximum exceeds 1: a drafter whose draft
+step costs as much as a decode step (c = draft / verify(1) = 1) can never pay and never drafts.
+rows = 1 + fixed_rows + width * K: the pending token, the rows a drafting step runs whatever K (lookahead's
+window) and the draft nodes, `width` per unit of K (1 for a chain; learned from the nodes a request's drafter
+really proposed, so n-gram tries of several continuations, or continuations shorter than K, are priced as
+verified).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveConfig:
+    enabled: bool = True
+    min_draft_tokens: int = 1
+    history: int = 8
+    fallback_acceptance: float = 0.0  # an optional floor on acceptance below which a request decodes plainly
+
+
+@dataclasses.dataclass(frozen=True)
+class Price:
+    """What one request's drafter costs (see the module docstring): verify(n) seconds of a target pass over n
+    rows in all, the seconds of one of its draft steps, and the rows its draft of budget K adds:
+    fixed_rows + width * K (width: a prior until the request's own drafts teach it)."""
+
+    verify: Callable[[float], float]
+    draft: float = 0.0
+    fixed_rows: int = 0
+    width: float = 1.0
+
+    def speedup(self, alpha: float, budget: int, depth: int, batch: int = 1, width: float | None = None) -> float:
+        """The expected speedup over plain decoding of drafting (budget, depth) at batch `batch`."""
+        rows = 1 + self.fixed_rows + (self.width if width is None else width) * budget
+        cost = self.verify(batch * rows) + depth * self.draft
+        return expected_tokens(alpha, depth) * self.verify(batch) / cost
+
+
+def nominal(draft: float = 0.15, row: float = 0.0) -> Price:
+    """A price in units of one decode step: each draft step costs `draft` of it, each verify row past the
+    first `row` of it (tests and synthetic tables)."""
+    return Price(lambda n: 1.0 + row * (n - 1), draft)
+
+
+def expected_tokens(alpha: float, depth: int) -> float:
+    """E[tokens/step] = (1 - α^(K+1)) / (1 - α) for K = depth i.i.d. drafts (arXiv 2211.17192, eq. 1)."""
+    return depth + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (depth + 1)) / (1.0 - alpha)
+
+
+def best(alpha: float, options: Sequence[tuple[int, int]], price: Price, batch: int = 1,
+         width: float | None = None) -> tuple[int, float]:
+    """(budget, expected speedup) of the option (budget, depth) with the largest expected speedup (ties: the
+    smaller budget)."""
+    choice, gain = options[0][0], -math.inf
+    for budget, depth in options:
+        g = price.speedup(alpha, budget, depth, batch, width)
+        if g > gain + 1e-9:
+            choice, gain = budget, g
+    return choice, gain
+
+
+def best_option(alpha: float, options: Sequence[tuple[int, int]], price: Price, batch: int = 1) -> int:
+    """The budget of `best`."""
+    return best(alpha, options, price, batch)[0]
+
+
+class AdaptiveK:
+    """Draft length of one request from its recent acceptance, priced (see the module docstring).
+
+    α̂: per-token acceptance over the last ~`history` steps (EMA span): EMA(accepted) / EMA(drafts tested),
+    where a step tests its accepted drafts plus the one rejected, if any. Before the first estimate it
+    assumes α = 1 (so a drafter that cannot pay even then never drafts). Each step drafts the option that
+    maximises the expected speedup at the step's batch, or nothing when no option's exceeds 1 there (while
+    α̂ rests on fewer than `history` steps and only a low α̂ is why, it keeps testing with the option best at
+    batch 1, so one bad first step does not switch a drafter off). When, after `history` steps, no option pays
+    at batch 1 (or α̂ is below the optional floor `fallback`), the
+    request decodes plainly for `history` steps, twice as long after each probe that failed in a row (up
+    to 16x), then probes once with the smallest option; the probe's acceptance restarts α̂. Deterministic
+    given the acceptance history and the price (the cost table is fixed once measured), so seeded sampling
+    stays reproducible.
+    """
+
+    def __init__(self, options: Sequence[tuple[int, int]], cfg: AdaptiveConfig, price: Price):
+        k_max = max((b for b, _ in options), default=0)
+        self.k_max, self.price = k_max, price
+        self.options = sorted(o for o in options if o[0] >= min(cfg.min_draft_tokens, k_max)) or [(0, 0)]
+        self.k_min = self.options[0][0]
+        self.history, self.fallback = cfg.history, cfg.fallback_acceptance
+        self.weight = 2.0 / (cfg.history + 1)
+        self.alpha: float | None = None
+        self.width = price.width  # rows per unit of K, learned from the drafts (the prior until then)
+        self.acc = self.trials = 0.0
+        self.steps, self.off, self.probing = 0, 0, False
+        self.failed_probes = 0  # in a row
+
+    def best(self, batch: int = 1) -> tuple[int, float]:
+        """(budget, expected speedup) of the best option at `batch` for the acceptance seen so far."""
+        if self.k_max == 0:
+            return 0, 1.0
+        return best(1.0 if self.alpha is None else self.alpha, self.options, self.price, batch, self.width)
+
+    @property
+    def k(self) -> int:
+        """The budget drafted at batch 1 outside a probe or a plain stretch (0: none pays)."""
+        budget, gain = self.best()
+        return budget if gain > 1.0 else 0
+
+    def pays(self, batch: int = 1) -> bool:
+        """Whether the best option's expected speedup exceeds 1 at `batch`."""
+        return self.best(batch)[1] > 1.0
+
+    def next_k(self, batch: int = 1) -> int:
+        if self.off > 0:
+            self.off -= 1
+            self.probing = self.off == 0
+            return 0
+        if self.probing:
+            return self.k_min
+        budget, gain = self.best(batch)
+        if gain > 1.0:
+            return budget
+        if self.alpha is None or self.pays():  # cannot pay even at α = 1, or pays alone but not at this batch
+            return 0
+        # α̂ rests on fewer than `history` steps: keep testing with the best option (`update` decides after)
+        return self.best()[0] if self.steps < self.history else 0
+
+    def update(self, k: int, accepted: int, depth: int, nodes: int | None = None) -> None:
+        """One step's outcome: budget k, the accepted path's length, the draft's depth and its nodes (rows)."""
+        if k == 0 or depth == 0:
+            return
+        if nodes:
+            w = nodes / k  # rows per unit of K this draft really had
+            self.width = w if self.alpha is None else self.width + self.weight * (w - self.width)
+        trials = accepted + (1 if accepted < depth else 0)  # drafts tested: the accepted ones and the rejected one
+        probe = self.probing
+        if self.probing or self.alpha is None:
+            self.steps = self.history if self.probing else self.steps + 1  # a probe decides at once
+            self.probing, self.acc, self.trials = False, float(accepted), float(trials)
+        else:  # pooled over recent steps (an average of per-step ratios would be biased low)
+            self.acc += self.weight * (accepted - self.acc)
+            self.trials += self.weight * (trials - self.trials)
+            self.steps += 1
+        self.alpha = self.acc / self.trials
+        if self.steps >= self.history and (self.alpha < self.fallback or not self.pays()):
+            # plain decoding for a while, backing off while probes keep failing: each failed probe doubles
+            # the plain stretch (at most 16x), so probing costs a few % at most
+            self.failed_probes = self.failed_probes + 1 if probe else 0
+            self.off = self.history << min(self.failed_probes, 4)
+        elif probe:
+            self.failed_probes = 0
+
+
+def load_cap(k_max: int, active: int) -> int:
+    """Global cap on K by load (a draft_len_schedule): K at 1-2 requests, then shrinking as ~2K/(n+1). Not for
+    seeded sampled requests: their K decides how many of their own random numbers a step draws, so a K that
+    followed the load would make their output depend on what else runs (see Request.choose_k)."""
+    return k_max if active <= 2 else max(1, -(-2 * k_max // (active + 1)))

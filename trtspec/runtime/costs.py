@@ -1,0 +1,228 @@
+"""What a speculative step costs on the device an engine serves: measured once, then fixed.
+
+Adaptive K (adaptive.py) prices every option with two numbers this module measures:
+
+    verify(n)  seconds of one target pass over n rows in all (the batch's rows, each padded to the longest)
+    draft(d)   seconds of one draft step of drafter d (one level of depth; ngram/suffix: a lookup)
+
+`calibrate` measures them when the engine is made, on its own target, cache and proposer: verify at 1, 2, .. up
+to the most rows one request verifies (every ~25 % past 16 rows), then x2, x4 .. up to the batch (a few passes
+each over real K/V of a dummy context, the shapes taken round robin, the median kept), and each drafter's draft
+step through the engine's own step over a dummy request (the median of a few steps). The table is fixed after
+that, so a seeded sampled request keeps a reproducible K. A table is injected instead, with no timing at all, by
+SpecEngine(costs=...) or by the environment variable TRTSPEC_COST_TABLE naming a JSON file of the shape
+`CostTable.to_dict` writes:
+
+    {"verify": {"1": 0.012, "2": 0.013, ...}, "draft": {"ngram": 0.0001, "*": 0.002}}
+
+("*": the draft cost of any drafter the table does not name). Between measured row counts verify is linear;
+past the largest it grows in proportion to the rows.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from trtspec.errors import SpecError
+
+ENV = "TRTSPEC_COST_TABLE"
+REPEATS = 5          # timed passes per row count (after one untimed warm-up pass of each)
+DRAFT_STEPS = 4      # timed steps per drafter (after one untimed step)
+DENSE_ROWS = 16      # every row count up to this many is measured
+CALIBRATION_CONTEXT = 32  # cached tokens the calibration passes attend to (and the dummy prompt's length)
+
+
+@dataclasses.dataclass(frozen=True)
+class CostTable:
+    """Seconds of a target pass by its rows in all, and of one draft step by drafter (see the module doc)."""
+
+    verify: Mapping[int, float]
+    draft: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    source: str = "measured"
+
+    def __post_init__(self) -> None:
+        if 1 not in self.verify:
+            raise SpecError("a cost table needs verify[1], the cost of a one-row decode step",
+                            hint='e.g. {"verify": {"1": 0.01, "5": 0.012}, "draft": {"*": 0.001}}')
+        values = list(self.verify.values()) + list(self.draft.values())
+        if any(not isinstance(k, int) or k < 1 for k in self.verify) or not all(
+                isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in values):
+            raise SpecError("a cost table's rows must be integers >= 1 and its costs finite seconds >= 0")
+        if self.verify[1] <= 0:
+            raise SpecError("a cost table's verify[1] must be > 0 seconds")
+        object.__setattr__(self, "verify", dict(sorted(self.verify.items())))
+        object.__setattr__(self, "draft", dict(self.draft))
+
+    def verify_seconds(self, rows: int) -> float:
+        """One pass over `rows` rows: measured, linear between measured row counts, proportional past them."""
+        xs = list(self.verify)
+        if rows in self.verify:
+            return self.verify[rows]
+        if rows > xs[-1]:
+            return self.verify[xs[-1]] * rows / xs[-1]
+        i = bisect.bisect_left(xs, rows)
+        lo, hi = xs[i - 1], xs[i]
+        return self.verify[lo] + (self.verify[hi] - self.verify[lo]) * (rows - lo) / (hi - lo)
+
+    def draft_seconds(self, drafter: str) -> float:
+        """One draft step of `drafter` (the table's "*" entry, else 0, for a drafter it does not name)."""
+        return self.draft.get(drafter, self.draft.get("*", 0.0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verify": {str(k): v for k, v in self.verify.items()}, "draft": dict(self.draft),
+                "source": self.source}
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "injected") -> CostTable:
+        if not isinstance(data, dict) or not isinstance(data.get("verify"), dict) or not isinstance(
+                data.get("draft", {}), dict):
+            raise SpecError("a cost table is a JSON object with a \"verify\" object (rows -> seconds) and an "
+                            "optional \"draft\" object (drafter -> seconds)")
+        try:
+            verify = {int(k): v for k, v in data["verify"].items()}
+        except ValueError:
+            raise SpecError("a cost table's verify keys must be row counts (integers)") from None
+        return cls(verify, {str(k): v for k, v in data.get("draft", {}).items()}, source)
+
+    def rows(self) -> list[tuple[int, float, float]]:
+        """(rows, seconds, relative to one row) per measured row count, for display."""
+        one = self.verify[1]
+        return [(n, s, s / one) for n, s in self.verify.items()]
+
+
+def from_env() -> CostTable | None:
+    """The table the environment injects (TRTSPEC_COST_TABLE: a JSON file), else None."""
+    path = os.environ.get(ENV)
+    if not path:
+        return None
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"{ENV}={path}: cannot read a JSON cost table ({exc})",
+                        hint="unset it to measure the costs, or point it at a file `trtspec bench --local` "
+                             "would print") from None
+    return CostTable.from_dict(data, source=path)
+
+
+def row_counts(max_rows: int, max_batch: int) -> list[int]:
+    """The row counts calibration measures: 1 .. max_rows (the most one request verifies; past DENSE_ROWS only
+    every ~25 %, so a large tree stays cheap to measure), then max_rows x2, x4 .. up to max_rows x max_batch."""
+    max_rows = max(1, max_rows)
+    counts = list(range(1, min(max_rows, DENSE_ROWS) + 1))
+    n = DENSE_ROWS
+    while n * 5 // 4 < max_rows:
+        n = n * 5 // 4
+        counts.append(n)
+    if max_rows > DENSE_ROWS:
+        counts.append(max_rows)
+    m = 2
+    while m < max_batch:
+        counts.append(m * max_rows)
+        m *= 2
+    if max_batch > 1:
+        counts.append(max_batch * max_rows)
+    return counts
+
+
+def shape(rows: int, max_rows: int) -> tuple[int, int]:
+    """The [batch, T] of the calibration pass over `rows` rows: one request up to max_rows, then requests of
+    max_rows each."""
+    return (1, rows) if rows <= max_rows else (rows // max_rows, max_rows)
+
+
+def measure(passes: Mapping[int, Callable[[], Any]], repeats: int = REPEATS) -> dict[int, float]:
+    """The median seconds of each callable: one untimed warm-up call each, then `repeats` rounds, the
+    callables taken round robin in every round (so a slow stretch of the machine spreads over all of them)."""
+    for run in passes.values():
+        run()
+    times: dict[int, list[float]] = {key: [] for key in passes}
+    for _ in range(repeats):
+        for key, run in passes.items():
+            t0 = time.perf_counter()
+            run()
+            times[key].append(time.perf_counter() - t0)
+    return {key: statistics.median(ts) for key, ts in times.items()}
+
+
+def calibrate(engine, drafters: Sequence[str], repeats: int = REPEATS, draft_steps: int = DRAFT_STEPS
+              ) -> CostTable:
+    """Measure `engine`'s (a SpecEngine with nothing running) verify cost by rows and each drafter's draft step
+    (`drafters`: the names of a routed engine's drafters, else its method alone). Leaves the engine empty."""
+    max_rows = engine.max_rows
+    context = max(1, min(CALIBRATION_CONTEXT, engine.max_input_len, engine.max_seq - max_rows - 2))
+    counts = row_counts(max_rows, engine.max_batch_size)
+    _prefill(engine, min(engine.max_batch_size, max(shape(n, max_rows)[0] for n in counts)), context)
+    verify = measure({n: _pass(engine, *shape(n, max_rows), context) for n in counts}, repeats)
+    engine.reset()
+    draft = {name: _draft_step(engine, name, context, draft_steps) for name in drafters}
+    return CostTable(verify, draft, "measured")
+
+
+def dummy_tokens(n: int, vocab: int) -> list[int]:
+    """n ordinary token ids that repeat every 8 (so copying drafters find matches): ids from the middle of the
+    vocabulary, not the special ones at its start (whose rarely trained embeddings can be tiny enough to make
+    float32 arithmetic take the slow subnormal path)."""
+    base = vocab // 3
+    return [base + 7 * (i % 8) for i in range(n)]
+
+
+def _prefill(engine, batch: int, context: int) -> None:
+    """Real K/V for the calibration passes to attend to: `context` dummy tokens in rows 0..batch-1."""
+    import torch
+
+    from trtspec.runtime.cache import chain_inputs
+
+    tokens = torch.tensor([dummy_tokens(context, engine.target.cfg.vocab_size)] * batch, device=engine.device)
+    inp = chain_inputs([0] * batch, context, engine.device)
+    with torch.inference_mode():
+        engine.target.forward(engine.cache, inp.positions, inp.start, inp.mask, tokens=tokens, logits=False)
+
+
+def _pass(engine, batch: int, rows: int, context: int) -> Callable[[], None]:
+    """One target pass of `engine` over [batch, rows] inputs after `context` cached slots (the slots it writes
+    are past every row's length: nothing reads them)."""
+    import torch
+
+    from trtspec.runtime.cache import chain_inputs
+
+    ids = dummy_tokens(context + rows, engine.target.cfg.vocab_size)[context:]
+    tokens = torch.tensor([ids] * batch, device=engine.device)  # [batch, rows]
+    inp = chain_inputs([context] * batch, rows, engine.device)
+
+    @torch.inference_mode()
+    def run() -> None:
+        engine.target.forward(engine.cache, inp.positions, inp.start, inp.mask, tokens=tokens)
+
+    return run
+
+
+def _draft_step(engine, drafter: str, context: int, steps: int) -> float:
+    """Seconds of one draft step of `drafter`: the median over `steps` engine steps at its largest K (after
+    one untimed step) of a dummy request in row 0, of the step's drafting time per level of depth."""
+    from trtspec.runtime.sampling import SamplingParams
+
+    prompt = dummy_tokens(context, engine.target.cfg.vocab_size)
+    k = engine.plans[engine.drafter_names.index(drafter) if engine.routed else 0].k_max
+    params = SamplingParams(max_new_tokens=engine.max_output_len, end_id=-1, num_draft_tokens=k)
+    req = engine._make(prompt, params, lambda ev: None, drafter if engine.routed else None)
+    seen: list = []  # the steps' SpecDecodingStats
+    observers, engine.on_step = engine.on_step, [seen.append]
+    try:
+        ended = engine.prefill([req], 0)
+        while not ended and len(seen) <= steps:
+            ended = engine.step([req])
+    finally:
+        engine.on_step = observers
+        engine.free_row(0)
+        engine.reset()
+    per_step = [s.draft_seconds / max(1, s.depths[0]) for s in seen[1:]] or [0.0]
+    return statistics.median(per_step)

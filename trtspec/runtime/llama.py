@@ -11,8 +11,9 @@ How it runs: one forward over a batch of rows, each row writing its new tokens' 
 pre-allocated static cache (`KVCache`, [layers, batch, kv_heads, max_seq, head_dim]) and attending through an
 explicit boolean mask — a causal chain, a padded batch or a draft tree all use the same path. The caller owns
 the per-row lengths (see `cache.py`), so rejecting draft tokens is just moving a length pointer back. On CPU,
-float32 and int8 layers (runtime/quant.py) run passes of up to EXACT_MAX_ROWS rows through one fused kernel
-call each instead (`_fused_hidden`, runtime/fused.py), where it builds: row-exact by construction.
+float32, bfloat16 and int8 layers (runtime/quant.py) run passes of up to EXACT_MAX_ROWS rows through one fused
+kernel call each instead (`_fused_hidden`, runtime/fused.py), where it builds: row-exact by construction (its
+oneDNN matmuls in row blocks, runtime/linear.py).
 
 dtype: weights are stored in the checkpoint's dtype and cast to the *compute* dtype at load. On CPU the compute
 dtype is float32 whatever `spec.model.dtype` says (fp32 is what the logits tests check); the matmul weights are
@@ -232,7 +233,7 @@ class Llama:
     def prepare_fused(self) -> bool:
         """Run this model's decoder layers through the fused CPU kernel (runtime/fused.py) where it can: on
         CPU in float32, every layer with an input norm and its four linears either int8 (bf16 activations) or
-        float32 prepacked for oneDNN, and the kernel builds here. Called at load and again whenever the
+        bfloat16 or float32 prepacked for oneDNN, and the kernel builds here. Called at load and again whenever the
         linears are replaced (runtime/quant.py); returns whether the layers run fused."""
         from trtspec.runtime import fused
 

@@ -211,3 +211,19 @@ def test_verify_rows_equal_decoding_at_a_real_mlp_width(wide, kind):
     for rows in (5, 12, 40):  # 40: past the 32 rows where oneDNN's bf16 kernel changes at every width
         test_fused_verify_rows_equal_decoding_bit_for_bit(wide, kind, rows)
     test_fused_tree_nodes_and_batch_rows_equal_decoding(wide, kind)
+
+
+@pytest.mark.parametrize("drafter", ["bfloat16", "int8"])
+def test_a_draft_model_drafter_runs_through_the_fused_kernel(arch, drafter):
+    """The draft-model drafter's layers take the same fused kernel as a target: bf16 weights (what draft_dtype
+    gives a large drafter on CPUs with native bf16) or a weight-only int8 drafter (draft_quantization)."""
+    from trtspec.methods.draft_model import DraftModelProposer
+    from trtspec.runtime.quant import quantize_proposer
+
+    target = _model(arch, "float32")
+    p = DraftModelProposer(arch, weight_dtype=torch.bfloat16 if drafter == "bfloat16" else None)
+    p.setup(target, 1, MAX, 4)
+    if drafter == "int8":
+        quantize_proposer(p, "int8", target)
+    names = {lw.fused[0]._qualified_op_name for lw in p.model.layers}
+    assert names == {"trtspec::decode_layer_bf16" if drafter == "bfloat16" else "trtspec::decode_layer_int8rows"}

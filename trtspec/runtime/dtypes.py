@@ -39,9 +39,9 @@ def draft_dtype(dtype: str | torch.dtype, device: str | torch.device, nbytes: in
 
 def target_weight_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch.dtype | None:
     """The dtype of the target's matmul weights on CPU when the spec serves a 16-bit dtype: bfloat16 on CPUs
-    that multiply it natively (avx512_bf16/AMX, through oneDNN for every row count, so a decode step and a
-    verify pass run one kernel and spec and plain decoding stay token-identical), halving the memory traffic
-    of a memory-bound decode; None (= the compute dtype, float32) otherwise. Measured on the project's CPUs
+    that multiply it natively (avx512_bf16/AMX, through oneDNN in fixed row blocks, runtime/linear.py, so a
+    verify row computes the bits of its decode step and spec and plain decoding stay token-identical), halving
+    the memory traffic of a memory-bound decode; None (= the compute dtype, float32) otherwise. Measured on the project's CPUs
     without native bf16 (AVX2, 2 threads, SmolLM2-135M): a bf16 GEMV is slower than fp32 oneDNN; an fp16 GEMV
     is 1.7x faster for one row (LM head 2.8 vs 4.8 ms) but 2-5x slower for the 2..40-row passes (verify,
     prefill: no oneDNN fp16 there) and rounds differently from them, so fp32 serves there.

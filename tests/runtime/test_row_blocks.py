@@ -76,3 +76,12 @@ def test_int8_rows_are_exact_and_match_aten_s_kernel(shape):
         assert torch.equal(lin(x[:m]), alone[:m]), f"a pass of {m} rows"
     ref = torch.ops.aten._weight_int8pack_mm(x, lin.q, lin.s)
     torch.testing.assert_close(alone.float(), ref.float(), rtol=1e-2, atol=1e-2)
+
+
+@torch.inference_mode()
+def test_a_batch_of_short_passes_past_64_rows_stays_exact(lin):
+    """A batch of 9 rows of 8 tokens (72 rows, as the LM head of a batched verify pass sees them): exact=True
+    keeps the row blocks past EXACT_MAX_ROWS (oneDNN's bf16 kernel changes beyond 32 rows at every width)."""
+    x = torch.randn(72, lin.w.shape[1], generator=torch.Generator().manual_seed(1)).to(lin.w.dtype)
+    alone = torch.cat([lin(x[i:i + 1]) for i in range(72)])
+    assert torch.equal(lin(x.view(9, 8, -1), exact=True), alone.view(9, 8, -1))

@@ -6,7 +6,7 @@ with torch 2.13 on a Xeon with AMX (2 threads): bf16 weights give other bits for
 (Qwen2.5-1.5B's down projection) and for M > 32 than for M <= 32 at every width tried (576..8960); float32
 weights give other bits for M = 1 than for M >= 2 from K = 1536 on (SmolLM2's down projection). A greedy verify
 pass of k rows then differs from k one-row decode steps, and speculation changes the text. So every call of up
-to EXACT_MAX_ROWS rows runs as calls of lo..hi rows (fewer rows zero-padded to lo, more split into calls of hi):
+to EXACT_MAX_ROWS rows (or of a batch of such passes) runs as calls of lo..hi rows (fewer rows zero-padded to lo, more split into calls of hi):
 each row sees one kernel whatever the pass. `row_blocks` finds (lo, hi) per weight shape by a probe at load
 (random rows, each compared bit for bit alone and among others), falling back to fixed blocks and then to one
 call per row. Padding is nearly free on a memory-bound step: a call of 8 rows streams the weight once, as 1 does.
@@ -42,12 +42,14 @@ class Linear:
         # (lo, hi): rows per oneDNN call (module docstring)
         self.rows = None if self.packed is None else row_blocks(self.packed, tuple(w.shape), w.dtype)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
+        """x [..., K] -> [..., N]; in row blocks when it has at most EXACT_MAX_ROWS rows or `exact` says so (a
+        pass of a batch of rows, each of at most EXACT_MAX_ROWS tokens)."""
         dt = x.dtype
         if dt != self.w.dtype:
-            return self(x.to(self.w.dtype)).to(dt)
+            return self(x.to(self.w.dtype), exact).to(dt)
         if self.packed is not None and x.numel() >= self.min_rows * x.shape[-1]:
-            if x.numel() <= EXACT_MAX_ROWS * x.shape[-1]:
+            if exact or x.numel() <= EXACT_MAX_ROWS * x.shape[-1]:
                 return blocked(x, self.packed, self.b, self.rows)
             return _onednn(x, self.packed, self.b)
         return F.linear(x, self.w, self.b)

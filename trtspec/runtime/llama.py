@@ -188,7 +188,8 @@ class Llama:
         if not logits:
             return None, feats
         hs = h if logits_at is None else h.gather(1, logits_at[..., None].expand(-1, -1, h.shape[-1]))
-        return self.head(hs), feats
+        # a pass of short rows (decode, verify, a batch of them): the head row-exact whatever the batch
+        return self.head(hs, exact=positions.shape[1] <= EXACT_MAX_ROWS), feats
 
     def hidden(self, x: torch.Tensor, cache, positions, start: list[int], mask, *, row0: int = 0,
                layers: list[LayerWeights] | None = None,

@@ -76,6 +76,23 @@ def as_old(m: Llama) -> None:
         m.prepare_fused()  # (the kernel reads each linear's rows and op at this point)
 
 
+def state(m: Llama) -> tuple:
+    """What as_old changes: each linear's row blocks and int8 op, each layer's fused kernel."""
+    return ([(lin, getattr(lin, "rows", None), getattr(lin, "rows_op", None)) for lin in linears(m)],
+            [lw.fused for lw in m.layers])
+
+
+def restore(m: Llama, st: tuple) -> None:
+    lins, fused = st
+    for lin, rows, op in lins:
+        if rows is not None:
+            lin.rows = rows
+        if op is not None:
+            lin.rows_op = op
+    for lw, f in zip(m.layers, fused):
+        lw.fused = f
+
+
 def weight_bytes(m: Llama) -> int:
     total = 0
     for lin in linears(m):
@@ -86,17 +103,24 @@ def weight_bytes(m: Llama) -> int:
 
 
 class Bench:
-    """One model variant with its cache prefilled with `context` tokens."""
+    """One variant of a model (its `state`: one model in memory serves both) with its own cache, prefilled with
+    `context` tokens."""
 
-    def __init__(self, m: Llama, context: int, ids: list[int]):
-        self.m, self.context, self.ids = m, context, ids
+    def __init__(self, m: Llama, st: tuple, context: int, ids: list[int]):
+        self.m, self.state, self.context, self.ids = m, st, context, ids
         self.cache = m.new_cache(1)
         inp = chain_inputs([0], context)
+        restore(m, st)
         with torch.inference_mode():
             m.forward(self.cache, inp.positions, inp.start, inp.mask, tokens=torch.tensor([ids[:context]]))
 
+    @property
+    def fused(self) -> bool:
+        return all(f is not None for f in self.state[1])
+
     @torch.inference_mode()
     def run(self, rows: int, at: int | None = None) -> torch.Tensor:
+        restore(self.m, self.state)
         at = self.context if at is None else at
         inp = chain_inputs([at], rows)
         lg, _ = self.m.forward(self.cache, inp.positions, inp.start, inp.mask,
@@ -148,23 +172,24 @@ def main() -> None:
         for dtype in args.dtypes.split(","):
             ids = torch.randint(0, 1000, (args.context + 2 * max(rows),),
                                 generator=torch.Generator().manual_seed(0)).tolist()
-            variants = {"new": load(path, dtype, args.context, max(rows))}
+            m = load(path, dtype, args.context, max(rows))
+            variants = {"new": state(m)}
             if args.old:
-                variants["old"] = load(path, dtype, args.context, max(rows))
-                as_old(variants["old"])
-            nbytes = weight_bytes(variants["new"])
-            benches = {k: Bench(m, args.context, ids) for k, m in variants.items()}
+                as_old(m)
+                variants["old"] = state(m)
+            nbytes = weight_bytes(m)
+            benches = {k: Bench(m, st, args.context, ids) for k, st in variants.items()}
             for b in benches.values():
                 b.run(max(rows))  # warm up
             best = measure(benches, rows, args.reps)
             for name, b in benches.items():
-                kind = "fused" if all(lw.fused is not None for lw in b.m.layers) else "torch"
+                kind = "fused" if b.fused else "torch"
                 for r in rows:
                     ms = best[name, r] * 1e3
                     exact = "yes" if b.exact(r) else "NO"
                     print(f"| {model} | {dtype} | {name} ({kind}) | {r} | {ms:.1f} | {ms / (best[name, 1] * 1e3):.2f} "
                           f"| {nbytes / best[name, r] / 1e9:.1f} | {exact} |", flush=True)
-            del benches, variants
+            del benches, variants, m
             gc.collect()
     print(f"# load average after {os.getloadavg()}")
 

@@ -226,5 +226,4 @@ def test_a_draft_model_drafter_runs_through_the_fused_kernel(arch, drafter):
     if drafter == "int8":
         quantize_proposer(p, "int8", target)
     names = {lw.fused[0]._qualified_op_name for lw in p.model.layers}
-    int8 = "trtspec::decode_layer_int8rows" if fused.int8_rows_native() else "trtspec::decode_layer_int8"
-    assert names == {"trtspec::decode_layer_bf16" if drafter == "bfloat16" else int8}
+    assert names == {"trtspec::decode_layer_bf16" if drafter == "bfloat16" else "trtspec::decode_layer_int8rows"}

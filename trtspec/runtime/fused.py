@@ -105,16 +105,6 @@ def available() -> bool:
         return False
 
 
-@functools.lru_cache(maxsize=1)
-def int8_rows_native() -> bool:
-    """Whether the kernel's int8_rows is its AVX-512 build (this CPU has avx512f: Intel Skylake-SP on, AMD Zen 4 on),
-    faster than aten's int8 kernel at every row count measured; elsewhere (AVX2) aten's kernel serves."""
-    try:
-        return " avx512f" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-
-
 def _reason(e: Exception) -> str:
     """One line saying why a build failed: the compiler's first error, else the exception's last line."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]

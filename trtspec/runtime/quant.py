@@ -15,7 +15,7 @@ into different greedy tokens.
           the CPU kernel takes them (torch 2.13 on AVX2: ~2x a fp32 GEMV at one row, ~10x its own fp32-input
           path; see `int8_dtype`), else dequantized once at load (same numbers, no speed-up). The kernel needs
           the input width to be a multiple of KERNEL_K (torch 2.13 segfaults on K = 33): others dequantize.
-          Where the fused CPU kernel builds for AVX-512 and K is a multiple of 16, the product is its `int8_rows`
+          Where the fused CPU kernel builds and K is a multiple of 16, the product is its own `int8_rows`
           instead (kernels/decode_layer.cpp: bf16 activations too, each row in one fixed summation order, the
           weights streamed once per pass where aten's kernel streams them again per block of 4 rows).
           A model whose layers are all int8 then runs them through the fused CPU kernel (runtime/fused.py)
@@ -97,8 +97,7 @@ class Int8Linear:
         self.b = None if lin.b is None else lin.b.to(dtype)
         self.n = self.q.shape[0]
         # the fused kernel's int8_rows where it builds (module docstring), for every row count alike
-        self.rows_op = (dtype == torch.bfloat16 and self.q.shape[1] % 16 == 0 and fused.available()
-                        and fused.int8_rows_native())
+        self.rows_op = dtype == torch.bfloat16 and self.q.shape[1] % 16 == 0 and fused.available()
 
     @property
     def w(self) -> torch.Tensor:

@@ -11,8 +11,7 @@ Printed per row count: ms per pass, x the one-row step, weight GB/s (the matmul 
 `exact`: every row's logits equal, bit for bit, those of R one-row decode steps of the same tokens.
 
 --old adds the runtime as it was before row blocks (runtime/linear.py), side by side in the same process: each
-oneDNN matmul called once with the pass's own rows, int8 through aten::_weight_int8pack_mm, and bf16 layers on
-the torch path (not fused). A script that
+oneDNN matmul called once with the pass's own rows, and bf16 layers on the torch path (not fused). A script that
 prints a table, never a test: timings depend on the machine and its load (printed with the CPU's flags).
 """
 
@@ -62,33 +61,27 @@ def linears(m: Llama) -> list:
 
 
 def as_old(m: Llama) -> None:
-    """The runtime before row blocks: one oneDNN call with the pass's own rows, aten's int8 kernel, bf16 layers
-    not fused."""
+    """The runtime before row blocks: one oneDNN call with the pass's own rows, bf16 layers not fused."""
     for lin in linears(m):
         if isinstance(lin, Linear) and lin.rows is not None:
             lin.rows = (1, 1 << 30)
-        if hasattr(lin, "rows_op"):
-            lin.rows_op = False
     if any(isinstance(x, Linear) and x.w.dtype == torch.bfloat16 for x in linears(m)):
         for lw in m.layers:
             lw.fused = None
     else:
-        m.prepare_fused()  # (the kernel reads each linear's rows and op at this point)
+        m.prepare_fused()  # (the kernel reads each linear's rows at this point)
 
 
 def state(m: Llama) -> tuple:
-    """What as_old changes: each linear's row blocks and int8 op, each layer's fused kernel."""
-    return ([(lin, getattr(lin, "rows", None), getattr(lin, "rows_op", None)) for lin in linears(m)],
-            [lw.fused for lw in m.layers])
+    """What as_old changes: each linear's row blocks, each layer's fused kernel."""
+    return [(lin, getattr(lin, "rows", None)) for lin in linears(m)], [lw.fused for lw in m.layers]
 
 
 def restore(m: Llama, st: tuple) -> None:
     lins, fused = st
-    for lin, rows, op in lins:
+    for lin, rows in lins:
         if rows is not None:
             lin.rows = rows
-        if op is not None:
-            lin.rows_op = op
     for lw, f in zip(m.layers, fused):
         lw.fused = f
 

@@ -226,4 +226,4 @@ def test_a_draft_model_drafter_runs_through_the_fused_kernel(arch, drafter):
     if drafter == "int8":
         quantize_proposer(p, "int8", target)
     names = {lw.fused[0]._qualified_op_name for lw in p.model.layers}
-    assert names == {"trtspec::decode_layer_bf16" if drafter == "bfloat16" else "trtspec::decode_layer_int8rows"}
+    assert names == {"trtspec::decode_layer_bf16" if drafter == "bfloat16" else "trtspec::decode_layer_int8"}

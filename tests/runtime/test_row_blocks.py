@@ -58,26 +58,6 @@ def test_onednn_at_the_pass_s_own_row_count_is_what_differs(lin):
     assert lin.rows[0] > 1 or lin.rows == (1, 1)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
-@torch.inference_mode()
-def test_int8_rows_are_exact_and_match_aten_s_kernel(shape):
-    """The fused kernel's int8_rows (runtime/quant.py's Int8Linear where it builds): every row of a pass equals
-    the row alone, and the products are aten::_weight_int8pack_mm's up to summation order."""
-    from trtspec.runtime import fused
-    from trtspec.runtime.quant import Int8Linear
-
-    if not fused.available():
-        pytest.skip("the fused kernel is not available here")
-    lin = Int8Linear(Linear(_weight(shape, torch.float32)), torch.bfloat16)
-    assert lin.rows_op
-    x = _rows(shape[1], torch.bfloat16)
-    alone = torch.cat([lin(x[i:i + 1]) for i in range(ROWS)])
-    for m in range(1, ROWS + 1):
-        assert torch.equal(lin(x[:m]), alone[:m]), f"a pass of {m} rows"
-    ref = torch.ops.aten._weight_int8pack_mm(x, lin.q, lin.s)
-    torch.testing.assert_close(alone.float(), ref.float(), rtol=1e-2, atol=1e-2)
-
-
 @torch.inference_mode()
 def test_a_batch_of_short_passes_past_64_rows_stays_exact(lin):
     """A batch of 9 rows of 8 tokens (72 rows, as the LM head of a batched verify pass sees them): exact=True

@@ -4,10 +4,9 @@ machine, then one call per layer instead of ~60 torch ops.
 Why: on SmolLM2-135M (2 cores, AVX2) the ~60 small ops around a layer's four matmuls (norms, casts, RoPE, cache
 writes, attention, silu) were ~40 % of an int8 decode step and ~25 % of an fp32 one; their arithmetic is tiny,
 their dispatch is not. The kernel does those in plain loops, row by row (so it is row-exact: a verify row
-computes the bits the decode step would), and for the matmuls calls its own int8_rows or
-aten::_weight_int8pack_mm (int8, bf16 activations; runtime/quant.py), or oneDNN's prepacked linear (bfloat16
-weights with bf16 activations, or float32: the kernel runtime/linear.py's Linear uses, in the same row blocks,
-which keep it row-exact).
+computes the bits the decode step would), and calls aten::_weight_int8pack_mm (int8, bf16 activations) or
+oneDNN's prepacked linear (bfloat16 weights with bf16 activations, or float32: the kernel runtime/linear.py's
+Linear uses, in the same row blocks, which keep it row-exact) for the matmuls.
 
 How it is built: `torch.utils.cpp_extension.load` (the system's C++ compiler and ninja) into a private (0700)
 directory under `$TRTSPEC_KERNEL_CACHE` (default `$XDG_CACHE_HOME` or `~/.cache`, then `trtspec/kernels`; the
@@ -35,7 +34,7 @@ import torch
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("kernels") / "decode_layer.cpp"
 FLAGS = ["-O3", "-march=native", "-std=c++17"]
-OPS = ("decode_layer_int8", "decode_layer_int8rows", "decode_layer_f32", "decode_layer_bf16", "int8_rows")
+OPS = ("decode_layer_int8", "decode_layer_f32", "decode_layer_bf16")
 
 
 def cache_dir() -> Path:
@@ -124,7 +123,7 @@ def layer_args(lw, eps: float) -> tuple | None:
         return None
     args: list = [lw.attn_norm, lw.mlp_norm, float(eps)]
     if all(isinstance(x, Int8Linear) and x.s.dtype == torch.bfloat16 for x in lins):
-        name = "decode_layer_int8rows" if all(x.rows_op for x in lins) else "decode_layer_int8"
+        name = "decode_layer_int8"
         for x in lins:
             args += [x.q, x.s, None if x.b is None else x.b.float()]
     elif all(isinstance(x, Linear) and x.w.dtype == lins[0].w.dtype and x.packed is not None for x in lins):

@@ -15,9 +15,6 @@ into different greedy tokens.
           the CPU kernel takes them (torch 2.13 on AVX2: ~2x a fp32 GEMV at one row, ~10x its own fp32-input
           path; see `int8_dtype`), else dequantized once at load (same numbers, no speed-up). The kernel needs
           the input width to be a multiple of KERNEL_K (torch 2.13 segfaults on K = 33): others dequantize.
-          Where the fused CPU kernel builds and K is a multiple of 16, the product is its own `int8_rows`
-          instead (kernels/decode_layer.cpp: bf16 activations too, each row in one fixed summation order, the
-          weights streamed once per pass where aten's kernel streams them again per block of 4 rows).
           A model whose layers are all int8 then runs them through the fused CPU kernel (runtime/fused.py)
     int4  groups of GROUP input channels, symmetric: q in [-8, 7], one scale per (row, group); multiplied by
           dequantizing to the input's dtype at load (torch's int4 CPU kernels want packed layouts per
@@ -86,18 +83,14 @@ def int8_dtype(weight_dtype: torch.dtype) -> torch.dtype | None:
 class Int8Linear:
     """y = x (q s)^T + b through _weight_int8pack_mm (see the module docstring)."""
 
-    __slots__ = ("q", "s", "b", "n", "min_rows", "rows_op")
+    __slots__ = ("q", "s", "b", "n", "min_rows")
 
     def __init__(self, lin: Linear, dtype: torch.dtype):
-        from trtspec.runtime import fused
-
         self.min_rows = lin.min_rows  # (Llama.use_onednn_single_row sets it; unused here)
         self.q, s = quantize_int8(lin.w)
         self.s = s.to(dtype)
         self.b = None if lin.b is None else lin.b.to(dtype)
         self.n = self.q.shape[0]
-        # the fused kernel's int8_rows where it builds (module docstring), for every row count alike
-        self.rows_op = dtype == torch.bfloat16 and self.q.shape[1] % 16 == 0 and fused.available()
 
     @property
     def w(self) -> torch.Tensor:
@@ -109,8 +102,7 @@ class Int8Linear:
         dt = x.dtype
         if dt != self.s.dtype:
             return self(x.to(self.s.dtype)).to(dt)
-        mm = torch.ops.trtspec.int8_rows if self.rows_op else torch.ops.aten._weight_int8pack_mm
-        y = mm(x.reshape(-1, x.shape[-1]).contiguous(), self.q, self.s)
+        y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, x.shape[-1]).contiguous(), self.q, self.s)
         y = y.view(*x.shape[:-1], self.n)
         return y if self.b is None else y + self.b
 

@@ -1,15 +1,14 @@
-// One Llama-family decoder layer on CPU, of an int8 (weight-only), a bfloat16 or a float32 target, for the short
-// passes of decoding (a decode step, a verify pass, a batched decode step): what runtime/llama.py's `block`
-// computes, in one call instead of ~60 small torch ops (their dispatch, not their arithmetic, was ~40 % of a
-// SmolLM2 decode step).
+// One Llama-family decoder layer on CPU, of an int8 (weight-only), a bfloat16 or a float32 target, for the short passes of decoding
+// (a decode step, a verify pass, a batched decode step): what runtime/llama.py's `block` computes, in one call
+// instead of ~60 small torch ops (their dispatch, not their arithmetic, was ~40 % of a SmolLM2 decode step).
 //
 // Row-exact by construction: every row (b, t) is normed, rotated, attended and activated by the same loops on
 // its own data; attention reads exactly the cache slots the mask lets it see, in slot order, so a verify row
 // and the decode step that would produce the same token compute the same bits. The four matmuls are
-// int8_rows below or aten::_weight_int8pack_mm (int8, bf16 activations), row-independent themselves, or oneDNN's
-// prepacked linear (bfloat16 weights with bf16 activations, or float32), called in blocks of lo..hi rows as
-// runtime/linear.py's Linear calls it (fewer rows zero-padded to lo, more split into calls of hi): oneDNN's
-// summation order follows the number of rows of a call, so each row must always see a call of the same kind.
+// aten::_weight_int8pack_mm (int8, bf16 activations), row-independent itself, or oneDNN's prepacked linear
+// (bfloat16 weights with bf16 activations, or float32), called in blocks of lo..hi rows as runtime/linear.py's
+// Linear calls it (fewer rows zero-padded to lo, more split into calls of hi): oneDNN's summation order
+// follows the number of rows of a call, so each row must always see a call of the same kind.
 //
 // Shapes: x [R = B*T, H] float32 (the residual stream, updated and returned); cache layers kc, vc
 // [rows, Hkv, max_seq, D] float32; rope [max_seq, 2D] (cos | sign-folded sin); positions [B, T] int64;
@@ -27,13 +26,8 @@
 #include <c10/util/Optional.h>
 #include <torch/library.h>
 
-#include <algorithm>
 #include <cmath>
 #include <vector>
-
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
 namespace {
 
@@ -71,90 +65,6 @@ void rms_to(const float* x, const float* w, int64_t R, int64_t H, double eps, A*
 // or a bfloat16 or float32 weight prepacked for oneDNN (w; s = int64 [lo, hi], its row blocks), the kernel
 // runtime/linear.py's Linear calls. Both are row-independent: a row's result does not depend on the rows beside it.
 Tensor int8_mm(const Tensor& x, const Tensor& w, const Tensor& s) { return at::_weight_int8pack_mm(x, w, s); }
-
-// int8 rows: y [R, N] bf16 = (x [R, K] bf16 . q [N, K] int8) * s [N] bf16, K a multiple of 16. Each (row, output)
-// sums its K products in one fixed order (16 lanes over k, in k order, then one fixed reduction), whatever R:
-// row-exact by construction. The weights are streamed once per pass: tiles of NT outputs, each applied to the
-// rows RT at a time while its K * NT bytes stay in cache, so a pass of a few rows costs about one row's memory
-// traffic (aten::_weight_int8pack_mm re-streams them per block of 4 rows: 5 rows cost ~2x one).
-constexpr int NT = 2, RT = 8, LANES = 16;
-
-#if defined(__AVX512F__)
-template <int RR>
-void int8_tile(const float* x, int64_t K, const int8_t* const* w, float* out /* [RR][NT] */) {
-  __m512 acc[RR][NT];
-  for (int r = 0; r < RR; ++r)
-    for (int n = 0; n < NT; ++n) acc[r][n] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; k += LANES) {
-    __m512 wv[NT];
-    for (int n = 0; n < NT; ++n)
-      wv[n] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[n] + k))));
-    for (int r = 0; r < RR; ++r) {
-      const __m512 xv = _mm512_loadu_ps(x + r * K + k);
-      for (int n = 0; n < NT; ++n) acc[r][n] = _mm512_fmadd_ps(wv[n], xv, acc[r][n]);
-    }
-  }
-  for (int r = 0; r < RR; ++r)
-    for (int n = 0; n < NT; ++n) out[r * NT + n] = _mm512_reduce_add_ps(acc[r][n]);
-}
-#else
-template <int RR>
-void int8_tile(const float* x, int64_t K, const int8_t* const* w, float* out /* [RR][NT] */) {
-  float acc[RR][NT][LANES] = {};
-  for (int64_t k = 0; k < K; k += LANES)
-    for (int r = 0; r < RR; ++r)
-      for (int n = 0; n < NT; ++n)
-        for (int l = 0; l < LANES; ++l) acc[r][n][l] += static_cast<float>(w[n][k + l]) * x[r * K + k + l];
-  for (int r = 0; r < RR; ++r)
-    for (int n = 0; n < NT; ++n) {
-      float t = 0;
-      for (int l = 0; l < LANES; ++l) t += acc[r][n][l];
-      out[r * NT + n] = t;
-    }
-}
-#endif
-
-Tensor int8_rows_mm(const Tensor& x, const Tensor& q, const Tensor& s) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.is_contiguous(), "x: [R, K] bf16, contiguous");
-  TORCH_CHECK(q.dim() == 2 && q.scalar_type() == at::kChar && q.is_contiguous() && q.size(1) == x.size(1),
-              "q: [N, K] int8, contiguous");
-  TORCH_CHECK(s.numel() == q.size(0) && s.scalar_type() == at::kBFloat16, "s: [N] bf16");
-  const int64_t R = x.size(0), K = x.size(1), N = q.size(0);
-  TORCH_CHECK(K % LANES == 0 && N > 0, "int8 rows: K must be a multiple of 16");
-  std::vector<float> xf(R * K);
-  const BFloat16* xp = x.const_data_ptr<BFloat16>();
-  for (int64_t i = 0; i < R * K; ++i) xf[i] = static_cast<float>(xp[i]);
-  Tensor y = at::empty({R, N}, x.options());
-  BFloat16* yp = y.data_ptr<BFloat16>();
-  const int8_t* qp = q.const_data_ptr<int8_t>();
-  const BFloat16* sp = s.const_data_ptr<BFloat16>();
-  at::parallel_for(0, (N + NT - 1) / NT, 8, [&](int64_t lo, int64_t hi) {
-    float out[RT * NT];
-    for (int64_t tile = lo; tile < hi; ++tile) {
-      const int64_t n0 = tile * NT;
-      const int8_t* w[NT];
-      for (int n = 0; n < NT; ++n) w[n] = qp + std::min(n0 + n, N - 1) * K;  // (past N: computed, not stored)
-      for (int64_t r0 = 0; r0 < R; r0 += RT) {
-        const int64_t rr = std::min<int64_t>(RT, R - r0);
-        const float* xr = xf.data() + r0 * K;
-        switch (rr) {
-          case 1: int8_tile<1>(xr, K, w, out); break;
-          case 2: int8_tile<2>(xr, K, w, out); break;
-          case 3: int8_tile<3>(xr, K, w, out); break;
-          case 4: int8_tile<4>(xr, K, w, out); break;
-          case 5: int8_tile<5>(xr, K, w, out); break;
-          case 6: int8_tile<6>(xr, K, w, out); break;
-          case 7: int8_tile<7>(xr, K, w, out); break;
-          default: int8_tile<RT>(xr, K, w, out); break;
-        }
-        for (int64_t r = 0; r < rr; ++r)
-          for (int n = 0; n < NT && n0 + n < N; ++n)
-            yp[(r0 + r) * N + n0 + n] = BFloat16(out[r * NT + n] * static_cast<float>(sp[n0 + n]));
-      }
-    }
-  });
-  return y;
-}
 
 Tensor onednn_call(const Tensor& x, const Tensor& w) {
   static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
@@ -361,6 +271,4 @@ TORCH_LIBRARY(trtspec, lib) {
   lib.def(("decode_layer_int8" + args).c_str(), &decode_layer<BFloat16, int8_mm>);
   lib.def(("decode_layer_f32" + args).c_str(), &decode_layer<float, onednn_mm>);
   lib.def(("decode_layer_bf16" + args).c_str(), &decode_layer<BFloat16, onednn_mm>);
-  lib.def(("decode_layer_int8rows" + args).c_str(), &decode_layer<BFloat16, int8_rows_mm>);
-  lib.def("int8_rows(Tensor x, Tensor q, Tensor s) -> Tensor", &int8_rows_mm);
 }

@@ -6,10 +6,11 @@ with torch 2.13 on a Xeon with AMX (2 threads): bf16 weights give other bits for
 (Qwen2.5-1.5B's down projection) and for M > 32 than for M <= 32 at every width tried (576..8960); float32
 weights give other bits for M = 1 than for M >= 2 from K = 1536 on (SmolLM2's down projection). A greedy verify
 pass of k rows then differs from k one-row decode steps, and speculation changes the text. So every call of up
-to EXACT_MAX_ROWS rows (or of a batch of such passes) runs as calls of lo..hi rows (fewer rows zero-padded to lo, more split into calls of hi):
-each row sees one kernel whatever the pass. `row_blocks` finds (lo, hi) per weight shape by a probe at load
-(random rows, each compared bit for bit alone and among others), falling back to fixed blocks and then to one
-call per row. Padding is nearly free on a memory-bound step: a call of 8 rows streams the weight once, as 1 does.
+to EXACT_MAX_ROWS rows (or of a batch of such passes) runs as calls of lo..hi rows (fewer rows zero-padded to lo,
+more split into calls of hi): each row sees one kernel whatever the pass. `row_blocks` finds (lo, hi) per weight
+shape by a probe at load (random rows, each compared bit for bit alone and among others), the least padding
+first, falling back to fixed blocks and then to one call per row. Padding costs little on a memory-bound step:
+a call of 2 rows streams the weight once, as 1 does (docs/measurements.md has the costs by row count).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import torch.nn.functional as F
 from trtspec.runtime.attention import EXACT_MAX_ROWS
 
 ONEDNN_SINGLE_ROW_BYTES = 16 << 20  # models larger than this (half a typical L3) use oneDNN for one row too
-ROW_BLOCKS = ((8, 32), (8, 16), (8, 8), (1, 1))  # (lo, hi) rows per oneDNN call, tried in this order
+# (lo, hi) rows per oneDNN call, tried in this order: the least padding first (a one-row float32 step padded to 8
+# rows cost ~1.15x one of 2 rows on SmolLM2 and Qwen2.5-1.5B, docs/measurements.md)
+ROW_BLOCKS = ((2, 32), (4, 32), (8, 32), (8, 16), (8, 8), (1, 1))
 
 
 class Linear:
@@ -81,8 +84,8 @@ _FOUND: dict[tuple, tuple[int, int]] = {}
 
 def row_blocks(packed, shape: tuple[int, int], dtype: torch.dtype) -> tuple[int, int]:
     """The first (lo, hi) of ROW_BLOCKS under which the probe finds every row of a call equal, bit for bit, to
-    the same row called alone (padded to lo), for calls of lo + 1, hi and hi + 1 rows (a split) and at their
-    first, middle and last rows. Found once per weight shape, dtype and thread count (what oneDNN's choice of
+    the same row called alone (padded to lo), for calls of lo + 1, 4, 5, 8, 9, 16, 17 (those in lo..hi), hi and
+    hi + 1 rows (a split) and at their first, middle and last rows. Found once per weight shape, dtype and thread count (what oneDNN's choice of
     kernel follows) on the first weight of that shape; (1, 1), one call per row, is exact by construction."""
     key = (shape, dtype, torch.get_num_threads())
     if key not in _FOUND:
@@ -95,7 +98,7 @@ def _probe(packed, shape: tuple[int, int], dtype: torch.dtype) -> tuple[int, int
     for lo, hi in ROW_BLOCKS[:-1]:
         x = torch.randn(hi + 1, shape[1], generator=g).to(dtype)  # [hi + 1, K]
         ok = True
-        for m in sorted({lo + 1, hi, hi + 1}):
+        for m in sorted({lo + 1, hi, hi + 1} | {m for m in (4, 5, 8, 9, 16, 17) if lo < m <= hi}):
             many = blocked(x[:m], packed, None, (lo, hi))
             for i in sorted({0, m // 2, m - 1}):
                 ok = ok and torch.equal(many[i], blocked(x[i:i + 1], packed, None, (lo, hi))[0])

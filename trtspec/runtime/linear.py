@@ -21,9 +21,10 @@ import torch.nn.functional as F
 from trtspec.runtime.attention import EXACT_MAX_ROWS
 
 ONEDNN_SINGLE_ROW_BYTES = 16 << 20  # models larger than this (half a typical L3) use oneDNN for one row too
-# (lo, hi) rows per oneDNN call, tried in this order: the least padding first (a one-row float32 step padded to 8
-# rows cost ~1.15x one of 2 rows on SmolLM2 and Qwen2.5-1.5B, docs/measurements.md)
-ROW_BLOCKS = ((2, 32), (4, 32), (8, 32), (8, 16), (8, 8), (1, 1))
+# (lo, hi) rows per oneDNN call, tried in this order: the least padding first, per weight shape (a one-row float32
+# step padded to 8 rows cost ~1.15x, padded to 2 ~1.04-1.08x the unpadded one on SmolLM2 and Qwen2.5-1.5B;
+# docs/measurements.md), so a shape whose one-row kernel agrees with its multi-row one is not padded at all
+ROW_BLOCKS = ((1, 32), (2, 32), (4, 32), (8, 32), (8, 16), (8, 8), (1, 1))
 
 
 class Linear:

@@ -22,8 +22,8 @@ from trtspec.runtime.attention import EXACT_MAX_ROWS
 
 ONEDNN_SINGLE_ROW_BYTES = 16 << 20  # models larger than this (half a typical L3) use oneDNN for one row too
 # (lo, hi) rows per oneDNN call, tried in this order: the least padding first, per weight shape (a one-row float32
-# step padded to 8 rows cost ~1.15x, padded to 2 ~1.04-1.08x the unpadded one on SmolLM2 and Qwen2.5-1.5B;
-# docs/measurements.md), so a shape whose one-row kernel agrees with its multi-row one is not padded at all
+# step padded to 8 rows cost ~1.15-1.2x the unpadded one, padded to 2 where needed +3-5 %, on SmolLM2 and
+# Qwen2.5-1.5B; docs/measurements.md), so a shape whose one-row kernel agrees with its multi-row one is not padded
 ROW_BLOCKS = ((1, 32), (2, 32), (4, 32), (8, 32), (8, 16), (8, 8), (1, 1))
 
 

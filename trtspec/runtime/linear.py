@@ -86,8 +86,9 @@ _FOUND: dict[tuple, tuple[int, int]] = {}
 def row_blocks(packed, shape: tuple[int, int], dtype: torch.dtype) -> tuple[int, int]:
     """The first (lo, hi) of ROW_BLOCKS under which the probe finds every row of a call equal, bit for bit, to
     the same row called alone (padded to lo), for calls of lo + 1, 4, 5, 8, 9, 16, 17 (those in lo..hi), hi and
-    hi + 1 rows (a split) and at their first, middle and last rows. Found once per weight shape, dtype and thread count (what oneDNN's choice of
-    kernel follows) on the first weight of that shape; (1, 1), one call per row, is exact by construction."""
+    hi + 1 rows (a split) and at their first, middle and last rows. Found once per weight shape, dtype and thread
+    count (what oneDNN's choice of kernel follows) on the first weight of that shape; (1, 1), one call per row, is
+    exact by construction."""
     key = (shape, dtype, torch.get_num_threads())
     if key not in _FOUND:
         _FOUND[key] = _probe(packed, shape, dtype)

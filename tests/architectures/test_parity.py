@@ -93,16 +93,16 @@ def test_a_bias_the_architecture_has_must_be_in_the_checkpoint(tmp_path):
 def test_the_target_weight_dtype_follows_the_cpu(monkeypatch):
     """bf16 matmul weights only where the CPU multiplies bf16 natively and the spec serves 16 bits; float32
     (None: the compute dtype) on CPUs like this project's, on CUDA, and for float32 specs."""
-    from trtspec.runtime import llama
+    from trtspec.runtime import dtypes
 
     monkeypatch.delenv("TRTSPEC_TARGET_DTYPE", raising=False)
-    monkeypatch.setattr(llama, "cpu_has_fast_bf16", lambda: True)
-    assert llama.target_weight_dtype("float16", "cpu") == torch.bfloat16
-    assert llama.target_weight_dtype("bfloat16", "cpu") == torch.bfloat16
-    assert llama.target_weight_dtype("float32", "cpu") is None
-    assert llama.target_weight_dtype("float16", "cuda") is None
-    monkeypatch.setattr(llama, "cpu_has_fast_bf16", lambda: False)
-    assert llama.target_weight_dtype("float16", "cpu") is None
+    monkeypatch.setattr(dtypes, "cpu_has_fast_bf16", lambda: True)
+    assert dtypes.target_weight_dtype("float16", "cpu") == torch.bfloat16
+    assert dtypes.target_weight_dtype("bfloat16", "cpu") == torch.bfloat16
+    assert dtypes.target_weight_dtype("float32", "cpu") is None
+    assert dtypes.target_weight_dtype("float16", "cuda") is None
+    monkeypatch.setattr(dtypes, "cpu_has_fast_bf16", lambda: False)
+    assert dtypes.target_weight_dtype("float16", "cpu") is None
     monkeypatch.setenv("TRTSPEC_TARGET_DTYPE", "float32")
-    monkeypatch.setattr(llama, "cpu_has_fast_bf16", lambda: True)
-    assert llama.target_weight_dtype("float16", "cpu") == torch.float32
+    monkeypatch.setattr(dtypes, "cpu_has_fast_bf16", lambda: True)
+    assert dtypes.target_weight_dtype("float16", "cpu") == torch.float32

@@ -1,9 +1,10 @@
-"""The fused CPU decoder layer (runtime/fused.py, kernels/decode_layer.cpp) of int8 and float32 models.
+"""The fused CPU decoder layer (runtime/fused.py, kernels/decode_layer.cpp) of int8, bfloat16 and float32 models.
 
-It computes what the torch path computes (float32: within 1e-4; int8: up to bf16 rounding, both multiply in bf16
-activations), for every architecture the runtime runs, and it is row-exact itself: a verify pass's rows — a
-chain, a tree, the rows of a batch, inside or past a sliding window — give bit for bit the logits of one-row
-decode steps (the torch path's float32 batched attention does not)."""
+It computes what the torch path computes (float32: within 1e-4; int8 and bfloat16: up to bf16 rounding, both
+multiply in bf16 activations), for every architecture the runtime runs, and it is row-exact itself: a verify
+pass's rows — a chain, a tree, the rows of a batch, inside or past a sliding window — give bit for bit the logits
+of one-row decode steps (the torch path's float32 batched attention does not). bfloat16 models are the bf16
+matmul weights a 16-bit spec gets on CPUs with native bf16 (runtime/dtypes.py), here forced on every CPU."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def _model(path, kind: str, fused_on: bool = True) -> Llama:
 
 
 def _load(path, kind: str = "int8", fused_on: bool = True) -> Llama:
-    m = Llama.from_dir(path, dtype="float32", max_seq=MAX)
+    m = Llama.from_dir(path, dtype="float32", max_seq=MAX,
+                       weight_dtype=torch.bfloat16 if kind == "bfloat16" else None)
     if kind == "int8":
         quantize_llama(m, "int8")
     if not fused_on:
@@ -37,7 +39,7 @@ def _load(path, kind: str = "int8", fused_on: bool = True) -> Llama:
     return m
 
 
-@pytest.fixture(params=["int8", "float32"])
+@pytest.fixture(params=["int8", "bfloat16", "float32"])
 def kind(request) -> str:
     return request.param
 
@@ -68,7 +70,7 @@ def _ids(n: int, seed: int) -> list[int]:
 
 
 @pytest.mark.skipif(fused.compiler() is None, reason="no C++ compiler here: the kernel cannot be built")
-def test_the_kernel_builds_here_and_int8_and_float32_models_use_it(arch, kind):
+def test_the_kernel_builds_here_and_int8_bfloat16_and_float32_models_use_it(arch, kind):
     assert fused.available(), "the fused kernel did not build (see the warning logged by trtspec.runtime.fused)"
     assert all(lw.fused is not None for lw in _load(arch, kind).layers)
 
@@ -85,14 +87,14 @@ def test_fused_layers_compute_what_the_torch_path_computes(arch, kind):
 
 
 @torch.inference_mode()
-def test_fused_verify_rows_equal_decoding_bit_for_bit(arch, kind):
+def test_fused_verify_rows_equal_decoding_bit_for_bit(arch, kind, rows: int = 12):
     m = _model(arch, kind)
-    ids = _ids(26, 2)
+    ids = _ids(14 + rows, 2)
     plain = _run(m, ids, 14)  # rows 0..13: prefill, then one row per token
     cache = m.new_cache(1, MAX)
     inp = chain_inputs([0], 14)
     m.forward(cache, inp.positions, inp.start, inp.mask, tokens=torch.tensor([ids[:14]]))
-    inp = chain_inputs([14], 12)  # a 12-row verify pass of the same tokens
+    inp = chain_inputs([14], rows)  # a verify pass of the same tokens
     lg, _ = m.forward(cache, inp.positions, inp.start, inp.mask, tokens=torch.tensor([ids[14:]]))
     assert torch.equal(lg[0], plain[14:])
 
@@ -193,3 +195,35 @@ def test_the_build_dir_is_private_and_falls_back_to_the_temp_dir(tmp_path, monke
     assert d.stat().st_mode & 0o777 == 0o700
     monkeypatch.setenv("TRTSPEC_KERNEL_CACHE", str(tmp_path / "mine"))
     assert fused.build_dir("trtspec_fused_x") == tmp_path / "mine" / "trtspec_fused_x"
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    """A model whose MLP is as wide as Qwen2.5-1.5B's (8960): there oneDNN's result for a row depends on the
+    number of rows of its call (runtime/linear.py), which the tiny models' widths (64, 128) hide."""
+    path = tmp_path_factory.mktemp("wide") / "m"
+    models.save(path, "qwen2", seed=3, tokenizer=False, intermediate_size=8960)
+    return path
+
+
+@torch.inference_mode()
+def test_verify_rows_equal_decoding_at_a_real_mlp_width(wide, kind):
+    for rows in (5, 12, 40):  # 40: past the 32 rows where oneDNN's bf16 kernel changes at every width
+        test_fused_verify_rows_equal_decoding_bit_for_bit(wide, kind, rows)
+    test_fused_tree_nodes_and_batch_rows_equal_decoding(wide, kind)
+
+
+@pytest.mark.parametrize("drafter", ["bfloat16", "int8"])
+def test_a_draft_model_drafter_runs_through_the_fused_kernel(arch, drafter):
+    """The draft-model drafter's layers take the same fused kernel as a target: bf16 weights (what draft_dtype
+    gives a large drafter on CPUs with native bf16) or a weight-only int8 drafter (draft_quantization)."""
+    from trtspec.methods.draft_model import DraftModelProposer
+    from trtspec.runtime.quant import quantize_proposer
+
+    target = _model(arch, "float32")
+    p = DraftModelProposer(arch, weight_dtype=torch.bfloat16 if drafter == "bfloat16" else None)
+    p.setup(target, 1, MAX, 4)
+    if drafter == "int8":
+        quantize_proposer(p, "int8", target)
+    names = {lw.fused[0]._qualified_op_name for lw in p.model.layers}
+    assert names == {"trtspec::decode_layer_bf16" if drafter == "bfloat16" else "trtspec::decode_layer_int8"}

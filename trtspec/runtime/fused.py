@@ -1,11 +1,12 @@
-"""The fused CPU decoder layer (`kernels/decode_layer.cpp`) of float32 and int8 models: built once per machine,
-then one call per layer instead of ~60 torch ops.
+"""The fused CPU decoder layer (`kernels/decode_layer.cpp`) of float32, bfloat16 and int8 models: built once per
+machine, then one call per layer instead of ~60 torch ops.
 
 Why: on SmolLM2-135M (2 cores, AVX2) the ~60 small ops around a layer's four matmuls (norms, casts, RoPE, cache
 writes, attention, silu) were ~40 % of an int8 decode step and ~25 % of an fp32 one; their arithmetic is tiny,
 their dispatch is not. The kernel does those in plain loops, row by row (so it is row-exact: a verify row
 computes the bits the decode step would), and calls aten::_weight_int8pack_mm (int8, bf16 activations) or
-oneDNN's prepacked linear (float32: the kernel runtime/llama.py's Linear uses) for the matmuls.
+oneDNN's prepacked linear (bfloat16 weights with bf16 activations, or float32: the kernel runtime/linear.py's
+Linear uses, in the same row blocks, which keep it row-exact) for the matmuls.
 
 How it is built: `torch.utils.cpp_extension.load` (the system's C++ compiler and ninja) into a private (0700)
 directory under `$TRTSPEC_KERNEL_CACHE` (default `$XDG_CACHE_HOME` or `~/.cache`, then `trtspec/kernels`; the
@@ -33,6 +34,7 @@ import torch
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("kernels") / "decode_layer.cpp"
 FLAGS = ["-O3", "-march=native", "-std=c++17"]
+OPS = ("decode_layer_int8", "decode_layer_f32", "decode_layer_bf16")
 
 
 def cache_dir() -> Path:
@@ -96,7 +98,7 @@ def available() -> bool:
                   file=sys.stderr, flush=True)
         load(name=name, sources=[str(SOURCE)], extra_cflags=FLAGS, build_directory=str(where),
              is_python_module=False, verbose=False)
-        return all(hasattr(torch.ops.trtspec, op) for op in ("decode_layer_int8", "decode_layer_f32"))
+        return all(hasattr(torch.ops.trtspec, op) for op in OPS)
     except Exception as e:  # noqa: BLE001 — any build failure means: keep the torch path
         log.warning("trtspec: the fused CPU decode kernel is unavailable (%s); using the torch path", _reason(e))
         return False
@@ -112,7 +114,7 @@ def _reason(e: Exception) -> str:
 def layer_args(lw, eps: float) -> tuple | None:
     """(op, weight arguments) running decoder layer `lw` (runtime.llama.LayerWeights) fused, or None where it
     cannot: no input norm (an EAGLE layer), or linears other than int8 with bf16 activations (all four) or
-    float32 prepacked for oneDNN (all four). Biases are passed as float32."""
+    bfloat16 or float32 prepacked for oneDNN (all four, one dtype). Biases are passed as float32."""
     from trtspec.runtime.llama import Linear
     from trtspec.runtime.quant import Int8Linear
 
@@ -124,10 +126,12 @@ def layer_args(lw, eps: float) -> tuple | None:
         name = "decode_layer_int8"
         for x in lins:
             args += [x.q, x.s, None if x.b is None else x.b.float()]
-    elif all(isinstance(x, Linear) and x.w.dtype == torch.float32 and x.packed is not None for x in lins):
-        name, unused = "decode_layer_f32", torch.empty(0)
+    elif all(isinstance(x, Linear) and x.w.dtype == lins[0].w.dtype and x.packed is not None for x in lins):
+        name = {torch.float32: "decode_layer_f32", torch.bfloat16: "decode_layer_bf16"}.get(lins[0].w.dtype)
+        if name is None:
+            return None
         for x in lins:
-            args += [x.packed, unused, x.b]
+            args += [x.packed, torch.tensor(x.rows, dtype=torch.long), None if x.b is None else x.b.float()]
     else:
         return None
     return name, tuple(args) + (lw.q_norm, lw.k_norm)

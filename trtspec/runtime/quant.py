@@ -97,7 +97,8 @@ class Int8Linear:
         """The stored weight (int8): what Llama.num_params counts."""
         return self.q
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
+        """x [..., K] -> [..., N]; row-exact at every row count (`exact`: Linear's, nothing to do here)."""
         dt = x.dtype
         if dt != self.s.dtype:
             return self(x.to(self.s.dtype)).to(dt)

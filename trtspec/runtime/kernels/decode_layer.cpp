@@ -1,12 +1,14 @@
-// One Llama-family decoder layer on CPU, of an int8 (weight-only) or a float32 target, for the short passes of decoding
+// One Llama-family decoder layer on CPU, of an int8 (weight-only), a bfloat16 or a float32 target, for the short passes of decoding
 // (a decode step, a verify pass, a batched decode step): what runtime/llama.py's `block` computes, in one call
 // instead of ~60 small torch ops (their dispatch, not their arithmetic, was ~40 % of a SmolLM2 decode step).
 //
 // Row-exact by construction: every row (b, t) is normed, rotated, attended and activated by the same loops on
 // its own data; attention reads exactly the cache slots the mask lets it see, in slot order, so a verify row
 // and the decode step that would produce the same token compute the same bits. The four matmuls are
-// aten::_weight_int8pack_mm (int8, bf16 activations) or oneDNN's prepacked linear (float32), both
-// row-independent themselves.
+// aten::_weight_int8pack_mm (int8, bf16 activations), row-independent itself, or oneDNN's prepacked linear
+// (bfloat16 weights with bf16 activations, or float32), called in blocks of lo..hi rows as runtime/linear.py's
+// Linear calls it (fewer rows zero-padded to lo, more split into calls of hi): oneDNN's summation order
+// follows the number of rows of a call, so each row must always see a call of the same kind.
 //
 // Shapes: x [R = B*T, H] float32 (the residual stream, updated and returned); cache layers kc, vc
 // [rows, Hkv, max_seq, D] float32; rope [max_seq, 2D] (cos | sign-folded sin); positions [B, T] int64;
@@ -17,7 +19,9 @@
 #include <ATen/core/stack.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/_weight_int8pack_mm.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Optional.h>
 #include <torch/library.h>
@@ -58,11 +62,11 @@ void rms_to(const float* x, const float* w, int64_t R, int64_t H, double eps, A*
 }
 
 // The matmuls: x [R, K] (activations A) times a weight [N, K]: int8 per channel (w, scales s; bf16 activations),
-// or a float32 weight prepacked for oneDNN (w; s unused), the kernel runtime/llama.py's Linear calls. Both are
-// row-independent: a row's result does not depend on the rows beside it.
+// or a bfloat16 or float32 weight prepacked for oneDNN (w; s = int64 [lo, hi], its row blocks), the kernel
+// runtime/linear.py's Linear calls. Both are row-independent: a row's result does not depend on the rows beside it.
 Tensor int8_mm(const Tensor& x, const Tensor& w, const Tensor& s) { return at::_weight_int8pack_mm(x, w, s); }
 
-Tensor onednn_mm(const Tensor& x, const Tensor& w, const Tensor&) {
+Tensor onednn_call(const Tensor& x, const Tensor& w) {
   static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
   torch::jit::Stack stack;
   stack.emplace_back(x);
@@ -73,6 +77,21 @@ Tensor onednn_mm(const Tensor& x, const Tensor& w, const Tensor&) {
   stack.emplace_back(std::string(""));
   op.callBoxed(&stack);
   return stack[0].toTensor();
+}
+
+Tensor onednn_mm(const Tensor& x, const Tensor& w, const Tensor& rows) {
+  TORCH_CHECK(rows.numel() == 2 && rows.scalar_type() == at::kLong, "row blocks: int64 [lo, hi]");
+  const int64_t lo = rows.const_data_ptr<int64_t>()[0], hi = rows.const_data_ptr<int64_t>()[1], R = x.size(0);
+  TORCH_CHECK(1 <= lo && lo <= hi, "row blocks: 1 <= lo <= hi");
+  if (lo <= R && R <= hi) return onednn_call(x, w);
+  std::vector<Tensor> outs;
+  for (int64_t r = 0; r < R; r += hi) {
+    const int64_t n = std::min(hi, R - r);
+    Tensor part = x.narrow(0, r, n);
+    if (n < lo) part = at::cat({part, at::zeros({lo - n, x.size(1)}, x.options())});
+    outs.push_back(onednn_call(part.contiguous(), w).narrow(0, 0, n));
+  }
+  return at::cat(outs).contiguous();
 }
 
 // a matmul's result as the loops read it: [R, N] contiguous, and its bias (if any) [N] float32
@@ -241,7 +260,8 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
 
 // Registered for every backend (catch-all): a oneDNN-prepacked weight may carry another dispatch key than CPU.
 TORCH_LIBRARY(trtspec, lib) {
-  // int8: *_q int8 weights, *_s their bf16 scales; float32: *_q oneDNN-prepacked weights, *_s unused (empty)
+  // int8: *_q int8 weights, *_s their bf16 scales; bf16 and float32: *_q oneDNN-prepacked weights, *_s their
+  // row blocks (int64 [lo, hi])
   const std::string args =
       "(Tensor(a!) x, Tensor attn_norm, Tensor mlp_norm, float eps, "
       "Tensor qkv_q, Tensor qkv_s, Tensor? qkv_b, Tensor o_q, Tensor o_s, Tensor? o_b, "
@@ -250,4 +270,5 @@ TORCH_LIBRARY(trtspec, lib) {
       "int[] start, Tensor rope, Tensor? mask, int nh, int nkv) -> Tensor(a!)";
   lib.def(("decode_layer_int8" + args).c_str(), &decode_layer<BFloat16, int8_mm>);
   lib.def(("decode_layer_f32" + args).c_str(), &decode_layer<float, onednn_mm>);
+  lib.def(("decode_layer_bf16" + args).c_str(), &decode_layer<BFloat16, onednn_mm>);
 }

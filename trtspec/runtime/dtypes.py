@@ -1,0 +1,64 @@
+"""The dtypes the torch runtime computes and stores in: the compute dtype (float32 on CPU), the matmul weights'
+dtype of targets and drafters (bfloat16 where the CPU multiplies it natively), and that CPU check."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import torch
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def compute_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch.dtype:
+    """The dtype the target computes in: the serving dtype on CUDA, float32 on CPU."""
+    dt = _DTYPES[dtype] if isinstance(dtype, str) else dtype
+    return dt if torch.device(device).type == "cuda" else torch.float32
+
+
+BF16_MIN_BYTES = 8 << 20  # drafter matmul weights (in fp32) below this stay fp32: casts would cost more
+
+
+def draft_dtype(dtype: str | torch.dtype, device: str | torch.device, nbytes: int | None = None) -> torch.dtype:
+    """The dtype of drafters' matmul weights. Drafts only propose; the target's verification keeps the output
+    exact (greedy identity; sampling uses the very q a draft was sampled from), so on CPUs with native bf16
+    (avx512_bf16/AMX) drafter weights are bfloat16 — half the memory traffic of their matmuls, while
+    activations, norms, attention and the KV cache stay float32 (bf16 attention is slow on CPU). Small
+    drafters (`nbytes` of fp32 weights < BF16_MIN_BYTES: cache-resident, cast-bound) stay float32, as do CPUs
+    without native bf16. `TRTSPEC_DRAFT_DTYPE=float32|bfloat16` forces a choice."""
+    forced = os.environ.get("TRTSPEC_DRAFT_DTYPE")
+    if forced:
+        return _DTYPES[forced]
+    big = nbytes is None or nbytes >= BF16_MIN_BYTES
+    if torch.device(device).type == "cpu" and big and cpu_has_fast_bf16():
+        return torch.bfloat16
+    return compute_dtype(dtype, device)
+
+
+def target_weight_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch.dtype | None:
+    """The dtype of the target's matmul weights on CPU when the spec serves a 16-bit dtype: bfloat16 on CPUs
+    that multiply it natively (avx512_bf16/AMX, through oneDNN in fixed row blocks, runtime/linear.py, so a
+    verify row computes the bits of its decode step and spec and plain decoding stay token-identical), halving
+    the memory traffic of a memory-bound decode; None (= the compute dtype, float32) otherwise. Measured on the project's CPUs
+    without native bf16 (AVX2, 2 threads, SmolLM2-135M): a bf16 GEMV is slower than fp32 oneDNN; an fp16 GEMV
+    is 1.7x faster for one row (LM head 2.8 vs 4.8 ms) but 2-5x slower for the 2..40-row passes (verify,
+    prefill: no oneDNN fp16 there) and rounds differently from them, so fp32 serves there.
+    `TRTSPEC_TARGET_DTYPE=float32|bfloat16` forces a choice."""
+    forced = os.environ.get("TRTSPEC_TARGET_DTYPE")
+    if forced:
+        return _DTYPES[forced]
+    want = _DTYPES[dtype] if isinstance(dtype, str) else dtype
+    if torch.device(device).type == "cpu" and want != torch.float32 and cpu_has_fast_bf16():
+        return torch.bfloat16
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_has_fast_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+        return (" avx512_bf16" in flags or " amx_bf16" in flags) and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    except (OSError, RuntimeError, AttributeError):
+        return False

@@ -1,0 +1,133 @@
+"""Where a deployment's memory goes: peak and current RSS at each stage of loading it, in the torch runtime.
+
+    .venv/bin/python bench/bench_memory.py SPEC [SPEC ...]
+
+tracemalloc does not see torch's allocations, so every number is the process's own RSS (/proc/self/status:
+VmRSS now, VmHWM its peak so far). Each scenario runs in a fresh child process, so its peak is its own:
+
+  load    the first spec's target by hand, stage by stage: the safetensors tensors as stored, the runtime
+          Llama made from them (casts, tied embeddings, oneDNN prepacked copies), the stored tensors dropped,
+          the target's quantization (model.quantization), its KV cache at the spec's limits
+  engine  methods.engine(spec) for each spec in turn, all held at once (what `trtspec bench --local` with
+          several specs holds at its worst): the target, the proposer (a drafter), the KV caches
+
+"x weights" is RSS over the bytes of the weights in the serving dtype (model.dtype; int8 for a quantized
+target's linears is not taken into account): the target's, plus the drafter's for a draft-model spec, each
+tensor once (a tied head is the embedding). A script that prints a table, never a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def rss() -> tuple[int, int]:
+    """(VmRSS, VmHWM) of this process, in bytes."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) << 10, int(fields["VmHWM"].split()[0]) << 10
+
+
+def weight_bytes(spec) -> int:
+    """Bytes of the target's weights (and a draft-model drafter's) in the serving dtype, each tensor once."""
+    from trtspec.artifacts.weights import weight_shapes
+
+    size = DTYPE_BYTES[spec.model.dtype]
+    total = 0
+    dirs = [spec.model.target] + ([spec.speculative.draft] if spec.speculative.draft else [])
+    for d in dirs:
+        for _file, shape in (weight_shapes(Path(d)) or {}).values():
+            n = 1
+            for s in shape:
+                n *= s
+            total += n * size
+    return total
+
+
+def child(mode: str, configs: list[str]) -> None:
+    """One scenario; prints one JSON line per stage: [stage, rss, peak]."""
+    stages: list[tuple[str, int, int]] = []
+
+    def mark(stage: str) -> None:
+        stages.append((stage, *rss()))
+
+    import torch  # noqa: F401
+
+    from trtspec import methods
+    from trtspec.check import load_spec
+
+    mark("import torch, trtspec")
+    specs = [load_spec(c) for c in configs]
+    if mode == "load":
+        from trtspec.artifacts.weights import load_weights
+        from trtspec.runtime.llama import Llama, compute_dtype, target_weight_dtype
+
+        spec = specs[0]
+        weights = load_weights(spec.model.target)
+        mark("safetensors read (stored dtype)")
+        from trtspec.artifacts.hf import ModelConfig
+
+        dev = spec.runtime.device
+        model = Llama(ModelConfig.from_dir(spec.model.target), weights, dtype=compute_dtype(spec.model.dtype, dev),
+                      device=dev, weight_dtype=target_weight_dtype(spec.model.dtype, dev))
+        mark("runtime Llama (casts, packs)")
+        del weights
+        mark("stored tensors dropped")
+        if spec.model.quantization:
+            from trtspec.runtime.quant import quantize_llama
+
+            quantize_llama(model, spec.model.quantization)
+            mark(f"quantized ({spec.model.quantization})")
+        lim = spec.limits
+        cache = model.new_cache(lim.max_batch_size, lim.max_input_len + lim.max_output_len)
+        mark(f"KV cache ({lim.max_batch_size} x {lim.max_input_len + lim.max_output_len} slots)")
+        del cache
+    else:
+        held = []
+        for spec in specs:
+            held.append(methods.engine(spec))
+            mark(f"engine {spec.name} (held: {len(held)})")
+    for s in stages:
+        print(json.dumps(s))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("configs", nargs="+", help="spec files (trtspec.toml); the first one's target for `load`")
+    ap.add_argument("--child", choices=("load", "engine"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(args.child, args.configs)
+
+    from trtspec.check import load_spec
+
+    specs = [load_spec(c) for c in args.configs]
+    wb = weight_bytes(specs[0])
+    print(f"weights of {specs[0].name} in {specs[0].model.dtype}: {wb / 1e9:.2f} GB")
+    print(f"uptime: {os.popen('uptime').read().strip()}")
+    flags = sorted({f for f in Path("/proc/cpuinfo").read_text().split() if f.startswith(("avx", "amx"))})
+    print(f"cpu flags: {' '.join(flags)}; threads {os.cpu_count()}")
+    print(f"\n| scenario | stage | RSS GB | peak GB | peak x weights |\n|---|---|---|---|---|")
+    for mode in ("load", "engine"):
+        out = subprocess.run([sys.executable, __file__, "--child", mode, *args.configs], capture_output=True,
+                             text=True)
+        if out.returncode != 0:
+            print(f"| {mode} | failed (exit {out.returncode}): {out.stderr.strip().splitlines()[-1:]} | | | |")
+            continue
+        for line in out.stdout.splitlines():
+            if line.startswith("["):
+                stage, now, peak = json.loads(line)
+                print(f"| {mode} | {stage} | {now / 1e9:.2f} | {peak / 1e9:.2f} | {peak / wb:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -86,15 +86,13 @@ class SpecEngine:
         if spec.runtime.torch.threads:
             torch.set_num_threads(spec.runtime.torch.threads)
         lim = spec.limits
-        target = Llama.from_dir(spec.model.target, dtype=spec.model.dtype, device=spec.runtime.device,
-                                max_seq=lim.max_seq_len, name="target")
-        if spec.model.quantization:  # before the proposer's setup: drafters that reuse the head get this one
-            from trtspec.runtime.quant import quantize_llama
-
-            quantize_llama(target, spec.model.quantization)
         row_exact = spec.runtime.torch.row_exact
+        # quantized as it loads (before the proposer's setup: drafters that reuse the head get this one), row-exact
+        # by default when quantized (its bf16 activations need it)
+        target = Llama.from_dir(spec.model.target, dtype=spec.model.dtype, device=spec.runtime.device,
+                                max_seq=lim.max_seq_len, name="target", quantization=spec.model.quantization)
         if spec.model.quantization is not None if row_exact is None else row_exact:
-            target.make_row_exact()  # (default: for a quantized target, whose bf16 activations need it)
+            target.make_row_exact()
         if tokenizer is None:
             tokenizer = load_tokenizer(spec.tokenizer_dir)
         a = spec.speculative.adaptive

@@ -108,6 +108,9 @@ class Int8Linear:
 
 def quantize_linear(lin: Linear, mode: str) -> Any:
     """The quantized twin of a runtime Linear (a new object)."""
+    if lin.released:
+        raise ValueError("this linear's plain weight was released after prepacking (Llama.from_dir): load the "
+                         "model with quantization= instead of quantizing it afterwards")
     if mode == "int8":
         dt = int8_dtype(lin.w.dtype) if lin.w.device.type == "cpu" and lin.w.shape[1] % KERNEL_K == 0 else None
         if dt is not None:
@@ -121,13 +124,17 @@ def quantize_linear(lin: Linear, mode: str) -> Any:
 
 def quantize_llama(model: Llama, mode: str) -> int:
     """Quantize a runtime Llama's layer linears and head in place (a drafter's, or the target's for
-    model.quantization; its embedding stays as it is: a lookup reads one row); returns how many linears."""
+    model.quantization; its embedding stays as it is: a lookup reads one row); returns how many linears.
+    A model already loaded with this quantization (Llama(quantization=...)) is left as it is."""
     n = 0
+    if model.quantization == mode:
+        return 1 + 4 * len(model.layers)
     for lw in model.layers:
         for field in ("qkv", "o", "gate_up", "down"):
             setattr(lw, field, quantize_linear(getattr(lw, field), mode))
             n += 1
     model.head = quantize_linear(model.head, mode)
+    model.quantization = mode
     model.prepare_fused()  # the new linears, through the fused CPU kernel where it builds
     return n + 1
 
@@ -163,4 +170,4 @@ def quantize_proposer(proposer: Any, mode: str, target: Llama | None = None) -> 
 
 def _tensors(model: Llama) -> list[torch.Tensor]:
     lins = [model.head] + [x for lw in model.layers for x in (lw.qkv, lw.o, lw.gate_up, lw.down)]
-    return [model.embed, model.lm_head] + [lin.w for lin in lins if isinstance(lin, Linear)]
+    return [model.embed, model.lm_head] + [lin.w for lin in lins if isinstance(lin, Linear) and not lin.released]

@@ -1,4 +1,5 @@
-"""Loading without copies: the same numbers as the eager, all-float32 load."""
+"""Loading without copies: the same numbers as the eager, all-float32 load; one target per process; a load or a
+KV cache that would not fit is refused before it is made (MemoryBudgetError)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import torch
 from tests.runtime import family
 from trtspec.artifacts.hf import ModelConfig
 from trtspec.artifacts.weights import load_file, load_weights, open_weights
-from trtspec.errors import ModelError
+from trtspec.errors import MemoryBudgetError, ModelError
 from trtspec.runtime import llama as L
+from trtspec.runtime import loaded, memory
 from trtspec.runtime.quant import quantize_llama
 
 
@@ -71,3 +73,95 @@ def test_from_dir_computes_what_the_eager_float32_load_did(bf16_dir, wdt, quanti
         assert new.num_params == old.num_params
         with pytest.raises(ValueError, match="released"):
             quantize_llama(new, "int4")
+
+
+def test_engines_over_one_target_share_it(tmp_path):
+    from trtspec import methods
+    from trtspec.check import load_spec
+
+    root = family.build_family(tmp_path)
+    a = methods.engine(load_spec(family.write_spec(root, "draft-model", k=4)))
+    b = methods.engine(load_spec(family.write_spec(root, "ngram", k=2, max_output_len=32)))
+    try:
+        assert a.target is not b.target and a.target.max_seq != b.target.max_seq  # each its own view...
+        assert a.target.layers is b.target.layers and a.target.embed is b.target.embed  # ...of one model
+        prompt = [1, 2, 3, 4]
+        from trtspec.runtime import SamplingParams
+
+        sp = SamplingParams(max_new_tokens=12, num_draft_tokens=0)
+        ref = L.Llama.from_dir(root / "target")  # a load of its own
+        from trtspec.runtime.engine import SpecEngine
+
+        alone = SpecEngine(ref, None, max_input_len=64, max_output_len=64)
+        assert a.generate(prompt, sp).tokens == b.generate(prompt, sp).tokens == alone.generate(prompt, sp).tokens
+    finally:
+        a.close()
+        b.close()
+    ident = loaded._key(root / "target", "float32", "cpu", None, None, False)
+    del a, b
+    import gc
+
+    gc.collect()
+    assert ident not in loaded._LOADED  # freed with the last engine that held it
+
+
+def test_quantized_and_float_targets_are_separate_models(tmp_path):
+    root = tmp_path
+    family.save_llama(root / "t", seed=3)
+    f = loaded.load_model(root / "t", max_seq=32)
+    q = loaded.load_model(root / "t", max_seq=32, quantization="int8", row_exact=True)
+    again = loaded.load_model(root / "t", max_seq=48)
+    assert q.layers is not f.layers and again.layers is f.layers and again.max_seq == 48 and f.max_seq == 32
+    family.save_llama(root / "t", seed=4)  # rewritten in place: loaded anew
+    assert loaded.load_model(root / "t", max_seq=32).layers is not f.layers
+
+
+@pytest.mark.parametrize("text, n", [("6G", 6 << 30), ("512M", 512 << 20), ("1.5GiB", 3 << 29), ("1000", 1000)])
+def test_parse_size(text, n):
+    assert memory.parse_size(text) == n
+
+
+def test_a_model_that_does_not_fit_is_refused_before_loading(tmp_path, monkeypatch):
+    family.save_llama(tmp_path / "t", seed=3)
+    need = loaded.model_bytes(tmp_path / "t")
+    assert need >= 4 * sum(v.numel() for v in load_weights(tmp_path / "t").values())
+    monkeypatch.setenv(memory.ENV, str(need - 1))
+    loads = []
+    monkeypatch.setattr(L.Llama, "from_dir", classmethod(lambda *a, **k: loads.append(1)))
+    with pytest.raises(MemoryBudgetError, match=r"not enough memory for t \(.*\): it needs .* GB, .* GB is "
+                                                r"available \(TRTSPEC_AVAILABLE_MEMORY\)") as e:
+        loaded.load_model(tmp_path / "t")
+    assert not loads and e.value.exit_code == 7 and "quantization" in e.value.hint
+
+
+def test_a_kv_cache_that_does_not_fit_is_refused(tmp_path, monkeypatch):
+    family.save_llama(tmp_path / "t", seed=3)
+    m = loaded.load_model(tmp_path / "t")
+    monkeypatch.setenv(memory.ENV, "1M")
+    with pytest.raises(MemoryBudgetError, match=r"t's KV cache \(64 rows x 512 slots, 2 layers\): it needs"):
+        loaded.new_cache(m, 64, 512)
+    assert loaded.new_cache(m, 1, 64).k.numel() == 2 * 1 * 2 * 64 * 16  # (small enough: made)
+
+
+def test_available_reads_the_machine_and_the_override(monkeypatch):
+    monkeypatch.delenv(memory.ENV, raising=False)
+    avail, where = memory.available()
+    assert avail is not None and avail > 0 and where
+    monkeypatch.setenv(memory.ENV, "off")
+    assert memory.available() == (None, memory.ENV)
+    monkeypatch.setenv(memory.ENV, "lots")
+    with pytest.raises(MemoryBudgetError, match="not a size"):
+        memory.available()
+
+
+def test_cli_exits_7_naming_what_it_needs(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from trtspec.cli import main
+
+    root = family.build_family(tmp_path)
+    spec = family.write_spec(root, "draft-model")
+    monkeypatch.setenv(memory.ENV, "100K")
+    r = CliRunner().invoke(main, ["generate", "--local", "-c", str(spec), "-p", "w1 w2", "--max-tokens", "2"])
+    assert r.exit_code == 7, r.output
+    assert "error: not enough memory for target" in r.output and "hint:" in r.output

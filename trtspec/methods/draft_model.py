@@ -42,12 +42,13 @@ class DraftModelProposer(Proposer):
         self.quantization = quantization
 
     def setup(self, target: Llama, max_batch: int, max_seq: int, k: int) -> DraftPlan:
-        from trtspec.runtime.llama import Llama, draft_dtype
+        from trtspec.runtime.llama import draft_dtype
+        from trtspec.runtime.loaded import load_model, new_cache
 
         wdt = self.weight_dtype or draft_dtype(self.dtype, self.device, 4 * ModelConfig.from_dir(self.path).num_params)
-        self.model = Llama.from_dir(self.path, dtype=self.dtype, device=self.device, max_seq=max_seq, name="draft",
-                                    weight_dtype=wdt, quantization=self.quantization)
-        self.cache = self.model.new_cache(max_batch, max_seq)
+        self.model = load_model(self.path, dtype=self.dtype, device=self.device, max_seq=max_seq, name="draft",
+                                weight_dtype=wdt, quantization=self.quantization)
+        self.cache = new_cache(self.model, max_batch, max_seq)
         self.vocab = target.cfg.vocab_size
         self._fed: list[tuple[int, int]] = []
         return DraftPlan.chain(k)

@@ -30,6 +30,7 @@ from trtspec.artifacts.tokenizer import load_tokenizer
 from trtspec.errors import GenerationError
 from trtspec.runtime.cache import chain_inputs, draft_inputs
 from trtspec.runtime.llama import Llama
+from trtspec.runtime.loaded import load_model, new_cache
 from trtspec.runtime.proposer import ProposalBatch, Proposer
 from trtspec.runtime.rejection import rejection_sample
 from trtspec.runtime.router import RoutedProposer
@@ -57,7 +58,7 @@ class SpecEngine:
         # slots: prompt + output + one step's draft nodes past the end (+ the pending token)
         self.max_seq = max_input_len + max_output_len + self.proposer.max_nodes(num_draft_tokens) + 2
         target.set_max_seq(self.max_seq)
-        self.cache = target.new_cache(max_batch_size, self.max_seq)
+        self.cache = new_cache(target, max_batch_size, self.max_seq)  # (refused first if it would not fit)
         self.plan = self.proposer.setup(target, max_batch_size, self.max_seq, num_draft_tokens)
         self.draft_quantization = draft_quantization  # weight-only, the drafter's linears only (runtime/quant.py)
         if draft_quantization:
@@ -88,11 +89,10 @@ class SpecEngine:
         lim = spec.limits
         row_exact = spec.runtime.torch.row_exact
         # quantized as it loads (before the proposer's setup: drafters that reuse the head get this one), row-exact
-        # by default when quantized (its bf16 activations need it)
-        target = Llama.from_dir(spec.model.target, dtype=spec.model.dtype, device=spec.runtime.device,
-                                max_seq=lim.max_seq_len, name="target", quantization=spec.model.quantization)
-        if spec.model.quantization is not None if row_exact is None else row_exact:
-            target.make_row_exact()
+        # by default when quantized (its bf16 activations need it); one copy per process (runtime/loaded.py)
+        target = load_model(spec.model.target, dtype=spec.model.dtype, device=spec.runtime.device,
+                            max_seq=lim.max_seq_len, name="target", quantization=spec.model.quantization,
+                            row_exact=spec.model.quantization is not None if row_exact is None else row_exact)
         if tokenizer is None:
             tokenizer = load_tokenizer(spec.tokenizer_dir)
         a = spec.speculative.adaptive

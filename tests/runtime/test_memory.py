@@ -165,3 +165,32 @@ def test_cli_exits_7_naming_what_it_needs(tmp_path, monkeypatch):
     r = CliRunner().invoke(main, ["generate", "--local", "-c", str(spec), "-p", "w1 w2", "--max-tokens", "2"])
     assert r.exit_code == 7, r.output
     assert "error: not enough memory for target" in r.output and "hint:" in r.output
+
+
+def test_bench_local_over_one_target_loads_it_once(tmp_path, monkeypatch):
+    """`trtspec bench --local` with three specs of one target (draft-model at K = 4 and 2, ngram): the target and
+    the drafter are each read from disk once."""
+    import json
+
+    from click.testing import CliRunner
+
+    from trtspec.cli import main
+
+    root = family.build_family(tmp_path)
+    specs = [family.write_spec(root, "draft-model"),
+             family.write_spec(root, "draft-model", k=2),
+             family.write_spec(root, "ngram", k=2)]
+    loads: list[str] = []
+    real = L.Llama.from_dir.__func__
+
+    def counting(cls, path, **kw):
+        loads.append(f"{L.Path(path).name}:{kw.get('quantization')}")
+        return real(cls, path, **kw)
+
+    monkeypatch.setattr(L.Llama, "from_dir", classmethod(counting))
+    (tmp_path / "p.txt").write_text("w1 w2 w3\n")
+    argv = ["bench", "--local", "-n", "1", "--max-tokens", "4", "--json", "--prompts", str(tmp_path / "p.txt")]
+    r = CliRunner().invoke(main, [*argv, *[a for s in specs for a in ("-c", str(s))]])
+    assert r.exit_code == 0, r.output
+    assert len(json.loads(r.output[r.output.index("["):])) == 3
+    assert sorted(loads) == ["draft:None", "target:None"]

@@ -1,6 +1,6 @@
 """Where a deployment's memory goes: peak and current RSS at each stage of loading it, in the torch runtime.
 
-    .venv/bin/python bench/bench_memory.py SPEC [SPEC ...]
+    .venv/bin/python bench/bench_memory.py [--served] SPEC [SPEC ...]
 
 tracemalloc does not see torch's allocations, so every number is the process's own RSS (/proc/self/status:
 VmRSS now, VmHWM its peak so far). Each scenario runs in a fresh child process, so its peak is its own:
@@ -10,6 +10,8 @@ VmRSS now, VmHWM its peak so far). Each scenario runs in a fresh child process, 
           the target's quantization (model.quantization), its KV cache at the spec's limits
   engine  methods.engine(spec) for each spec in turn, all held at once (what `trtspec bench --local` with
           several specs holds at its worst): the target, the proposer (a drafter), the KV caches
+  served  (--served) the first spec built and served by the bundled Triton, one request answered: the RSS of
+          the Python-backend stub that runs its `tensorrt_llm` model (the engine), read from /proc
 
 "x weights" is RSS over the bytes of the weights in the serving dtype (model.dtype; int8 for a quantized
 target's linears is not taken into account): the target's, plus the drafter's for a draft-model spec, each
@@ -31,10 +33,32 @@ sys.path.insert(0, str(REPO))
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
-def rss() -> tuple[int, int]:
-    """(VmRSS, VmHWM) of this process, in bytes."""
-    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+def rss(pid: str = "self") -> tuple[int, int]:
+    """(VmRSS, VmHWM) of a process (default: this one), in bytes."""
+    text = Path(f"/proc/{pid}/status").read_text()
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
     return int(fields["VmRSS"].split()[0]) << 10, int(fields["VmHWM"].split()[0]) << 10
+
+
+def served(config: str) -> list[tuple[str, int, int]]:
+    """The `served` scenario: [(stage, rss, peak)] of the stub running the deployment's tensorrt_llm model."""
+    from bench._common import served_deployment
+    from trtspec.check import load_spec
+    from trtspec.client import generate_remote
+
+    with served_deployment(load_spec(config), "bench-memory-") as server:
+        generate_remote(server.grpc_url, "def fibonacci(n):", max_tokens=16, timeout=300)
+        repo = str(server.model_repository)
+        stubs = []
+        for proc in Path("/proc").iterdir():
+            try:
+                cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(a.decode(errors="replace").startswith(repo) and a.endswith(b"tensorrt_llm/1/model.py")
+                   for a in cmd):
+                stubs.append(proc.name)
+        return [(f"Python-backend stub {pid} (tensorrt_llm), one request served", *rss(pid)) for pid in stubs]
 
 
 def weight_bytes(spec) -> int:
@@ -103,6 +127,7 @@ def child(mode: str, configs: list[str]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("configs", nargs="+", help="spec files (trtspec.toml); the first one's target for `load`")
+    ap.add_argument("--served", action="store_true", help="also serve the first spec and measure the stub")
     ap.add_argument("--child", choices=("load", "engine"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -127,6 +152,9 @@ def main() -> None:
             if line.startswith("["):
                 stage, now, peak = json.loads(line)
                 print(f"| {mode} | {stage} | {now / 1e9:.2f} | {peak / 1e9:.2f} | {peak / wb:.2f} |")
+    if args.served:
+        for stage, now, peak in served(args.configs[0]):
+            print(f"| served | {stage} | {now / 1e9:.2f} | {peak / 1e9:.2f} | {peak / wb:.2f} |")
 
 
 if __name__ == "__main__":

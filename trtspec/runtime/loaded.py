@@ -1,13 +1,14 @@
 """Models loaded once per process, and what loading one will hold (checked against the memory budget first).
 
 `load_model` is how the engine loads its target and the draft-model proposer its drafter: a second engine over
-the same checkpoint (a bench of several specs over one target, a server's model instances) gets a *view* of the
-model already loaded — its own RoPE table, length limit and EAGLE capture, the same weight tensors — instead of
+the same checkpoint in this process (a bench of several specs over one target) gets a *view* of the model
+already loaded — its own RoPE table, length limit and EAGLE capture, the same weight tensors — instead of
 a second copy. The table holds models weakly: once no engine uses one, it is freed as before.
 
 The key is everything that changes the loaded model: the checkpoint (its resolved path and the size, mtime and
-inode of each of its files, weights, config and generation config alike, so a rewritten one loads anew), the dtype, the device, the matmul weights' dtype, the
-quantization, and row-exactness (Llama.make_row_exact changes which kernel multiplies one row).
+inode of each of its files, weights, config and generation config alike, so a rewritten one loads anew), the
+dtype, the device, the matmul weights' dtype, the quantization, and row-exactness (Llama.make_row_exact
+changes which kernel multiplies one row).
 
 `model_bytes` sizes a load from the safetensors headers alone (no tensor is read), as runtime/llama.py lays the
 weights out (see its docstring): linears in their matmul dtype (int8 when quantized), prepacked for oneDNN
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from trtspec.artifacts.hf import ModelConfig
 from trtspec.artifacts.weights import _ST_DTYPES, safetensors_header, weight_files
 from trtspec.runtime import memory
 from trtspec.runtime.dtypes import compute_dtype, storage_dtype, target_weight_dtype
@@ -42,32 +44,27 @@ def model_bytes(path: str | Path, *, dtype: str = "float32", device: str = "cpu"
     total, largest = 0, 0
     for f in weight_files(Path(path)):
         for name, info in safetensors_header(f).items():
+            shape = [int(d) for d in info.get("shape", [])]
             n = 1
-            for d in info.get("shape", []):
-                n *= int(d)
+            for d in shape:
+                n *= d
             stored = getattr(torch, _ST_DTYPES.get(info.get("dtype"), "float32"))
             if name.endswith(("embed_tokens.weight", "lm_head.weight")):
                 total += n * storage_dtype(stored, compute).itemsize
                 largest = max(largest, n * compute.itemsize)
-                if name.endswith("lm_head.weight"):
-                    total += n * mm_size  # the head's own copy in its matmul dtype
-            elif len(info.get("shape", [])) == 2:
+            elif len(shape) == 2:
                 total += n * mm_size
                 largest = max(largest, n * max(stored.itemsize, mm.itemsize))
             else:
                 total += n * compute.itemsize
-    cfg_tied = not any(n.endswith("lm_head.weight") for f in weight_files(Path(path)) for n in safetensors_header(f))
-    if cfg_tied:  # a tied head still gets its own prepacked (or quantized) copy of the embedding
-        from trtspec.artifacts.hf import ModelConfig
-
-        c = ModelConfig.from_dir(path)
-        total += c.vocab_size * c.hidden_size * mm_size
+    c = ModelConfig.from_dir(path)
+    total += c.vocab_size * c.hidden_size * mm_size  # the head's own matmul copy (prepacked or quantized)
     return total + 2 * largest
 
 
 def _key(path: Path, *parts) -> tuple:
-    files = sorted({*(f for f in path.iterdir() if f.is_file()), *weight_files(path)})  # (config, generation
-    stats = tuple((f.name, st.st_size, st.st_mtime_ns, st.st_ino) for f in files for st in [f.stat()])  # config...)
+    files = sorted({*(f for f in path.iterdir() if f.is_file()), *weight_files(path)})
+    stats = tuple((f.name, st.st_size, st.st_mtime_ns, st.st_ino) for f in files for st in [f.stat()])
     return (str(path.resolve()), stats, *parts)
 
 

@@ -41,7 +41,7 @@ def model_bytes(path: str | Path, *, dtype: str = "float32", device: str = "cpu"
     compute = compute_dtype(dtype, device)
     mm = weight_dtype or target_weight_dtype(dtype, device) or compute
     mm_size = 1 if quantization == "int8" else mm.itemsize
-    total, largest = 0, 0
+    total, transient = 0, 0
     for f in weight_files(Path(path)):
         for name, info in safetensors_header(f).items():
             shape = [int(d) for d in info.get("shape", [])]
@@ -49,17 +49,21 @@ def model_bytes(path: str | Path, *, dtype: str = "float32", device: str = "cpu"
             for d in shape:
                 n *= d
             stored = getattr(torch, _ST_DTYPES.get(info.get("dtype"), "float32"))
+            cast = 0 if mm == stored else n * stored.itemsize  # the tensor as read, beside its cast copy
             if name.endswith(("embed_tokens.weight", "lm_head.weight")):
-                total += n * storage_dtype(stored, compute).itemsize
-                largest = max(largest, n * compute.itemsize)
+                keep = storage_dtype(stored, compute)
+                total += n * keep.itemsize
+                transient = max(transient, 0 if keep == stored else n * stored.itemsize)
             elif len(shape) == 2:
                 total += n * mm_size
-                largest = max(largest, n * max(stored.itemsize, mm.itemsize))
+                # while packed or quantized, the plain weight is alive too; gate+up are concatenated first
+                transient = max(transient, 2 * (n * mm.itemsize + cast))
             else:
                 total += n * compute.itemsize
     c = ModelConfig.from_dir(path)
-    total += c.vocab_size * c.hidden_size * mm_size  # the head's own matmul copy (prepacked or quantized)
-    return total + 2 * largest
+    head = c.vocab_size * c.hidden_size
+    total += head * mm_size  # the head's own matmul copy (prepacked or quantized), made while its source lives
+    return total + max(transient, head * mm.itemsize)
 
 
 def _key(path: Path, *parts) -> tuple:

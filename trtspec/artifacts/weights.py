@@ -119,7 +119,8 @@ class LazyWeights(Mapping):
                 if f.readinto(memoryview(buf.numpy())) != end - start:
                     raise ValueError(f"tensor {name!r} runs past the end of the file")
         except (KeyError, TypeError, ValueError, OSError) as exc:
-            raise self.error(f"{path}: cannot read safetensors ({exc})", hint="re-export the checkpoint") from None
+            raise self.error(f"{path}: not a readable safetensors file ({exc})",
+                             hint="re-export the checkpoint") from None
         return buf.view(dtype).view(shape)
 
 

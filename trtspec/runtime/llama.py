@@ -159,7 +159,7 @@ class Llama:
     def use_onednn_single_row(self, on: bool) -> None:
         for lin in [self.head] + [x for lw in self.layers for x in (lw.qkv, lw.o, lw.gate_up, lw.down)]:
             if isinstance(lin, Linear):  # (a quantized twin has one kernel for every row count)
-                lin.min_rows = 1 if on or lin.w.dtype == torch.bfloat16 else 2
+                lin.min_rows = 1 if on or lin.w.dtype == torch.bfloat16 or lin.released else 2
 
     def set_max_seq(self, max_seq: int) -> None:
         """Size the RoPE tables for positions < max_seq (the cache's slot count)."""

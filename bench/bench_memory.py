@@ -5,9 +5,11 @@
 tracemalloc does not see torch's allocations, so every number is the process's own RSS (/proc/self/status:
 VmRSS now, VmHWM its peak so far). Each scenario runs in a fresh child process, so its peak is its own:
 
-  load    the first spec's target by hand, stage by stage: the safetensors tensors as stored, the runtime
-          Llama made from them (casts, tied embeddings, oneDNN prepacked copies), the stored tensors dropped,
-          the target's quantization (model.quantization), its KV cache at the spec's limits
+  load    the first spec's target by hand, stage by stage, as this checkout loads it: the safetensors tensors
+          (read all at once by older checkouts, one by one as they load since open_weights), the runtime Llama
+          made from them (casts, tied embeddings, oneDNN prepacked copies, the plain weights released), the
+          stored tensors dropped, the target's quantization (model.quantization; as it loads since
+          open_weights), its KV cache at the spec's limits
   engine  methods.engine(spec) for each spec in turn, all held at once (what `trtspec bench --local` with
           several specs holds at its worst): the target, the proposer (a drafter), the KV caches
   served  (--served) the first spec built and served by the bundled Triton, one request answered: the RSS of
@@ -92,25 +94,31 @@ def child(mode: str, configs: list[str]) -> None:
     mark("import torch, trtspec")
     specs = [load_spec(c) for c in configs]
     if mode == "load":
-        from trtspec.artifacts.weights import load_weights
+        from trtspec.artifacts import weights as W
+        from trtspec.artifacts.hf import ModelConfig
         from trtspec.runtime.llama import Llama, compute_dtype, target_weight_dtype
 
         spec = specs[0]
-        weights = load_weights(spec.model.target)
-        mark("safetensors read (stored dtype)")
-        from trtspec.artifacts.hf import ModelConfig
-
+        q = spec.model.quantization
+        lazy = hasattr(W, "open_weights")  # this checkout reads tensor by tensor (older ones: all at once)
+        if lazy:
+            weights = W.open_weights(spec.model.target)
+            mark("safetensors headers (each tensor read as it loads)")
+        else:
+            weights = W.load_weights(spec.model.target)
+            mark("safetensors read (stored dtype)")
         dev = spec.runtime.device
+        kw = dict(quantization=q, release=True) if lazy else {}
         model = Llama(ModelConfig.from_dir(spec.model.target), weights, dtype=compute_dtype(spec.model.dtype, dev),
-                      device=dev, weight_dtype=target_weight_dtype(spec.model.dtype, dev))
-        mark("runtime Llama (casts, packs)")
+                      device=dev, weight_dtype=target_weight_dtype(spec.model.dtype, dev), **kw)
+        mark(f"runtime Llama (casts, packs{', ' + q + ' as it loads' if lazy and q else ''})")
         del weights
         mark("stored tensors dropped")
-        if spec.model.quantization:
+        if q and not lazy:
             from trtspec.runtime.quant import quantize_llama
 
-            quantize_llama(model, spec.model.quantization)
-            mark(f"quantized ({spec.model.quantization})")
+            quantize_llama(model, q)
+            mark(f"quantized ({q})")
         lim = spec.limits
         cache = model.new_cache(lim.max_batch_size, lim.max_input_len + lim.max_output_len)
         mark(f"KV cache ({lim.max_batch_size} x {lim.max_input_len + lim.max_output_len} slots)")

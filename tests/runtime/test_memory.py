@@ -194,3 +194,16 @@ def test_bench_local_over_one_target_loads_it_once(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert len(json.loads(r.output[r.output.index("["):])) == 3
     assert sorted(loads) == ["draft:None", "target:None"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int8_quantization_in_row_blocks_is_the_whole_matrix_at_once(dtype, monkeypatch):
+    from trtspec.runtime import quant
+
+    w = (torch.randn(300, 64, generator=torch.Generator().manual_seed(0)) * 0.05).to(dtype)
+    wf = w.float()
+    s = (wf.abs().amax(1) / 127.0).clamp_min(1e-12)
+    whole = torch.round(wf / s[:, None]).clamp(-127, 127).to(torch.int8)
+    monkeypatch.setattr(quant, "CHUNK_BYTES", 7 * 64 * 4)  # blocks of 7 rows, the last one short
+    q, scales = quant.quantize_int8(w)
+    assert torch.equal(q, whole) and torch.equal(scales, s)

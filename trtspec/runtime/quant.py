@@ -40,11 +40,22 @@ MODES = ("int8", "int4")
 KERNEL_K = 8  # _weight_int8pack_mm's input width must be a multiple of this (a crash, not an error, otherwise)
 
 
+CHUNK_BYTES = 32 << 20  # float32 temporaries of one block of rows while quantizing
+
+
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(q int8 [N, K], scales float32 [N]) with w ~ q * scales[:, None]."""
-    w = w.float()
-    s = (w.abs().amax(1) / 127.0).clamp_min(1e-12)
-    return torch.round(w / s[:, None]).clamp(-127, 127).to(torch.int8), s
+    """(q int8 [N, K], scales float32 [N]) with w ~ q * scales[:, None]. Row blocks of CHUNK_BYTES at a time (each
+    row on its own, so the same numbers): a 151936-row LM head would otherwise make ~4 float32 copies of itself."""
+    N, K = w.shape
+    q = torch.empty(N, K, dtype=torch.int8, device=w.device)
+    s = torch.empty(N, dtype=torch.float32, device=w.device)
+    step = max(1, CHUNK_BYTES // (4 * max(K, 1)))
+    for i in range(0, N, step):
+        wi = w[i:i + step].float()  # [rows, K]
+        si = (wi.abs().amax(1) / 127.0).clamp_min(1e-12)
+        q[i:i + step] = torch.round(wi / si[:, None]).clamp(-127, 127).to(torch.int8)
+        s[i:i + step] = si
+    return q, s
 
 
 def quantize_int4(w: torch.Tensor, group: int = GROUP) -> torch.Tensor:

@@ -82,6 +82,14 @@ class GenerationError(TrtspecError):
     exit_code = 6
 
 
+class MemoryBudgetError(TrtspecError):
+    """A model or KV cache would not fit the memory this process can still get: refused before it is loaded,
+    naming what it needs and what is available (exit 7), instead of the kernel's OOM killer ending the process
+    without a word."""
+
+    exit_code = 7
+
+
 class UsageError(TrtspecError):
     """The command line itself is wrong: an unknown option or command, a flag value out of its range, a
     missing argument, options that need each other (exit 64, EX_USAGE: click's own usage errors exit with
@@ -98,6 +106,7 @@ EXIT_CODES = {
     4: "conversion, build or repository failure (ConvertError, BuildError, RepositoryError)",
     5: "server start/stop or deploy failure (ServeError, DeployError)",
     6: "request failure (ClientError, GenerationError)",
+    7: "not enough memory for a model or KV cache, refused before loading it (MemoryBudgetError)",
     64: "bad command line: unknown option, bad flag value, missing argument (UsageError)",
     130: "interrupted (Ctrl-C)",
 }

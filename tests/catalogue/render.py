@@ -37,6 +37,13 @@ Every command-line error is one line `error: ...` followed by `hint: ...`, and t
 |---|---|
 {exit_codes}
 
+Memory (exit 7, MemoryBudgetError): before the torch runtime loads a model or allocates a KV cache, it sizes it
+and compares that with what the process can still get (MemAvailable, and the cgroup's limit less its working
+set); one that would not fit is refused, e.g. `error: not enough memory for target (PATH, bfloat16): it needs
+3.61 GB, 2.10 GB is available (MemAvailable)`, with a hint (a smaller dtype, int8, lower limits), instead of the
+kernel's OOM killer ending the process without a word. `TRTSPEC_AVAILABLE_MEMORY=6G` replaces the measured
+number (`off` turns the check off). docs/measurements.md lists what a model pair needs per dtype.
+
 Requests: a bad request fails alone (the server keeps serving), with one line and no traceback or server path.
 The ensemble and `tensorrt_llm` are decoupled (streaming) models, so their errors arrive **in-stream**: as the
 error message of a stream response (gRPC's `ModelStreamInferResponse.error_message`; the stream itself stays

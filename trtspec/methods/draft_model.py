@@ -35,16 +35,20 @@ class DraftModelProposer(Proposer):
     name = NAME
 
     def __init__(self, path: str | Path, dtype: str = "float32", device: str = "cpu",
-                 weight_dtype: torch.dtype | None = None):
+                 weight_dtype: torch.dtype | None = None, quantization: str | None = None):
+        """`quantization`: the drafter's weight-only quantization (speculative.draft_quantization), done as it
+        loads (the engine's quantize_proposer then finds it done)."""
         self.path, self.dtype, self.device, self.weight_dtype = Path(path), dtype, device, weight_dtype
+        self.quantization = quantization
 
     def setup(self, target: Llama, max_batch: int, max_seq: int, k: int) -> DraftPlan:
-        from trtspec.runtime.llama import Llama, draft_dtype
+        from trtspec.runtime.llama import draft_dtype
+        from trtspec.runtime.loaded import load_model, new_cache
 
         wdt = self.weight_dtype or draft_dtype(self.dtype, self.device, 4 * ModelConfig.from_dir(self.path).num_params)
-        self.model = Llama.from_dir(self.path, dtype=self.dtype, device=self.device, max_seq=max_seq, name="draft",
-                                    weight_dtype=wdt)
-        self.cache = self.model.new_cache(max_batch, max_seq)
+        self.model = load_model(self.path, dtype=self.dtype, device=self.device, max_seq=max_seq, name="draft",
+                                weight_dtype=wdt, quantization=self.quantization)
+        self.cache = new_cache(self.model, max_batch, max_seq)
         self.vocab = target.cfg.vocab_size
         self._fed: list[tuple[int, int]] = []
         return DraftPlan.chain(k)
@@ -151,4 +155,5 @@ class DraftModel(Method):
         return llama_weight_problems("speculative.draft", Path(draft), ModelConfig.from_dir(draft))
 
     def proposer(self, spec: Spec, device: str) -> Proposer:
-        return DraftModelProposer(spec.speculative.draft, dtype=spec.model.dtype, device=device)
+        return DraftModelProposer(spec.speculative.draft, dtype=spec.model.dtype, device=device,
+                                  quantization=spec.speculative.draft_quantization)

@@ -76,9 +76,8 @@ class EagleProposer(HeadProposer):
     def _run(self, tokens: torch.Tensor, feats: torch.Tensor, inp: StepInputs, last=None):
         """One head pass: (logits at `last` or all, new features [B, T, H])."""
         import torch
-        import torch.nn.functional as F
 
-        x = self.fc(torch.cat([F.embedding(tokens, self.net.embed), feats], -1))
+        x = self.fc(torch.cat([self.net.embed_tokens(tokens), feats], -1))
         h = self.net.hidden(x, self.cache, inp.positions, inp.start, inp.mask)
         hs = h if last is None else h.gather(1, last[..., None].expand(-1, -1, h.shape[-1]))
         return self.net.logits(hs), h

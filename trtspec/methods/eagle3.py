@@ -86,7 +86,7 @@ class Eagle3Net:
         B, T = tokens.shape
         mask, start = inp.mask, inp.start
         S = mask.shape[-1] if mask is not None else start[0] + T
-        e = F.rms_norm(F.embedding(tokens, self.embed), (H,), self.in_norm, eps)
+        e = F.rms_norm(F.embedding(tokens, self.embed).to(self.dtype), (H,), self.in_norm, eps)
         h = F.rms_norm(hidden, (H,), self.hid_norm, eps)
         qkv = self.qkv(torch.cat([e, h], -1)).view(B, T, nh + 2 * nkv, D)
         cos, sin = F.embedding(inp.positions, self.rope).unsqueeze(2).chunk(2, dim=-1)

@@ -18,6 +18,15 @@ def compute_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch
     return dt if torch.device(device).type == "cuda" else torch.float32
 
 
+def storage_dtype(stored: torch.dtype, compute: torch.dtype) -> torch.dtype:
+    """The dtype a looked-up table (the embedding, an untied LM head's source) is kept in: its stored 16-bit
+    float dtype when the model computes in float32 (bf16 and fp16 widen to fp32 exactly, so rows cast at
+    lookup are the same numbers, at half the memory), else the compute dtype."""
+    if compute == torch.float32 and stored in (torch.bfloat16, torch.float16):
+        return stored
+    return compute
+
+
 BF16_MIN_BYTES = 8 << 20  # drafter matmul weights (in fp32) below this stay fp32: casts would cost more
 
 

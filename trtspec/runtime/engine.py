@@ -33,6 +33,7 @@ from trtspec.runtime.adaptive import AdaptiveConfig, Price, load_cap
 from trtspec.runtime.cache import chain_inputs, draft_inputs
 from trtspec.runtime.costs import CostTable
 from trtspec.runtime.llama import Llama
+from trtspec.runtime.loaded import load_model, new_cache
 from trtspec.runtime.proposer import ProposalBatch, Proposer
 from trtspec.runtime.rejection import rejection_sample
 from trtspec.runtime.request import GenerationResult, Request, StepEvent, token_ids, validate
@@ -61,7 +62,7 @@ class SpecEngine:
         self.max_rows = self.proposer.max_nodes(num_draft_tokens) + 1  # the most rows one request verifies
         self.max_seq = max_input_len + max_output_len + self.max_rows + 1
         target.set_max_seq(self.max_seq)
-        self.cache = target.new_cache(max_batch_size, self.max_seq)
+        self.cache = new_cache(target, max_batch_size, self.max_seq)  # (refused first if it would not fit)
         self.plan = self.proposer.setup(target, max_batch_size, self.max_seq, num_draft_tokens)
         self.draft_quantization = draft_quantization  # weight-only, the drafter's linears only (runtime/quant.py)
         if draft_quantization:
@@ -96,15 +97,12 @@ class SpecEngine:
         if spec.runtime.torch.threads:
             torch.set_num_threads(spec.runtime.torch.threads)
         lim = spec.limits
-        target = Llama.from_dir(spec.model.target, dtype=spec.model.dtype, device=spec.runtime.device,
-                                max_seq=lim.max_seq_len, name="target")
-        if spec.model.quantization:  # before the proposer's setup: drafters that reuse the head get this one
-            from trtspec.runtime.quant import quantize_llama
-
-            quantize_llama(target, spec.model.quantization)
         row_exact = spec.runtime.torch.row_exact
-        if spec.model.quantization is not None if row_exact is None else row_exact:
-            target.make_row_exact()  # (default: for a quantized target, whose bf16 activations need it)
+        # quantized as it loads (before the proposer's setup: drafters that reuse the head get this one), row-exact
+        # by default when quantized (its bf16 activations need it); one copy per process (runtime/loaded.py)
+        target = load_model(spec.model.target, dtype=spec.model.dtype, device=spec.runtime.device,
+                            max_seq=lim.max_seq_len, name="target", quantization=spec.model.quantization,
+                            row_exact=spec.model.quantization is not None if row_exact is None else row_exact)
         if tokenizer is None:
             tokenizer = load_tokenizer(spec.tokenizer_dir)
         a = spec.speculative.adaptive

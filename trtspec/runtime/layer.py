@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -25,14 +26,24 @@ class LayerWeights:
     fused: tuple | None = None  # (the fused CPU kernel's op, its weight arguments) when it runs this layer (fused.py)
 
 
-def layer_from_hf(w: dict[str, torch.Tensor], prefix: str, cfg: ModelConfig, dtype, device, *,
+def layer_from_hf(w: Mapping[str, torch.Tensor], prefix: str, cfg: ModelConfig, dtype, device, *,
                   input_norm: bool = True, weight_dtype: torch.dtype | None = None,
-                  window: int | None = None) -> LayerWeights:
-    def get(name: str) -> torch.Tensor:
+                  window: int | None = None, single_row: bool = False,
+                  quantize: Callable[[Linear], object] | None = None, release: bool = False) -> LayerWeights:
+    """One decoder layer. Matmul weights are read straight into their dtype (`weight_dtype`, else `dtype`: no
+    float32 detour for a bf16 one), norms and biases into `dtype`. `quantize`: turns each new Linear (made
+    unpacked) into its quantized twin; `single_row`, `release`: see Linear."""
+    mdt = weight_dtype or dtype
+
+    def get(name: str, dt: torch.dtype = dtype) -> torch.Tensor:
         key = prefix + name
         if key not in w:
             raise ModelError(f"checkpoint is missing tensor {key!r}")
-        return w[key].to(device=device, dtype=dtype)
+        return w[key].to(device=device, dtype=dt)
+
+    def linear(wt: torch.Tensor, b: torch.Tensor | None):
+        lin = Linear(wt, b, single_row=single_row, dtype=weight_dtype, pack=quantize is None, release=release)
+        return lin if quantize is None else quantize(lin)
 
     arch = architecture(cfg)
     bias = arch.biases(cfg)
@@ -41,7 +52,7 @@ def layer_from_hf(w: dict[str, torch.Tensor], prefix: str, cfg: ModelConfig, dty
         return get(name) if has else None
 
     a = "self_attn."
-    q, k, v = get(a + "q_proj.weight"), get(a + "k_proj.weight"), get(a + "v_proj.weight")
+    q, k, v = get(a + "q_proj.weight", mdt), get(a + "k_proj.weight", mdt), get(a + "v_proj.weight", mdt)
     want = ((cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim, cfg.hidden_size)
     wqkv = torch.cat([q, k, v]).contiguous()
     if tuple(wqkv.shape) != want:
@@ -51,14 +62,15 @@ def layer_from_hf(w: dict[str, torch.Tensor], prefix: str, cfg: ModelConfig, dty
     bqkv = torch.cat([get(a + "q_proj.bias"), get(a + "k_proj.bias"), get(a + "v_proj.bias")]) if bias["qkv"] else None
     m = "mlp."
     bgu = torch.cat([get(m + "gate_proj.bias"), get(m + "up_proj.bias")]) if bias["mlp"] else None
+    del q, k, v
+    qkv = linear(wqkv, bqkv)
+    del wqkv  # (each linear's source goes as soon as it is packed or quantized: one layer's worth at a time)
+    o = linear(get(a + "o_proj.weight", mdt), opt(a + "o_proj.bias", bias["o"]))
+    gate_up = linear(torch.cat([get(m + "gate_proj.weight", mdt), get(m + "up_proj.weight", mdt)]).contiguous(), bgu)
+    down = linear(get(m + "down_proj.weight", mdt), opt(m + "down_proj.bias", bias["mlp"]))
     return LayerWeights(
         attn_norm=get("input_layernorm.weight") if input_norm else None,
-        qkv=Linear(wqkv, bqkv, dtype=weight_dtype),
-        o=Linear(get(a + "o_proj.weight"), opt(a + "o_proj.bias", bias["o"]), dtype=weight_dtype),
-        mlp_norm=get("post_attention_layernorm.weight"),
-        gate_up=Linear(torch.cat([get(m + "gate_proj.weight"), get(m + "up_proj.weight")]).contiguous(),
-                       bgu, dtype=weight_dtype),
-        down=Linear(get(m + "down_proj.weight"), opt(m + "down_proj.bias", bias["mlp"]), dtype=weight_dtype),
+        qkv=qkv, o=o, mlp_norm=get("post_attention_layernorm.weight"), gate_up=gate_up, down=down,
         q_norm=opt(a + "q_norm.weight", arch.qk_norm), k_norm=opt(a + "k_norm.weight", arch.qk_norm),
         window=window,
     )

@@ -32,19 +32,29 @@ class Linear:
     verify pass, a prefill) 2-7x faster than MKL's GEMM on this project's CPUs. For one row (a decode step)
     oneDNN wins on weights streamed from memory (a large model: ~1.7x), MKL on small, cache-resident ones:
     `single_row` picks oneDNN for one row too (Llama decides by model size). A weight stored in another dtype
-    than the input (bf16 drafter weights) is multiplied in that dtype: input cast in, output cast back."""
+    than the input (bf16 drafter weights) is multiplied in that dtype: input cast in, output cast back.
+
+    `pack=False`: no prepacked copy (a weight about to be quantized). `release`: once prepacked for every row
+    count (min_rows 1), the plain weight is never multiplied again, so it is released (`w` becomes a meta
+    tensor: its shape and dtype without the bytes) rather than held beside its packed twin."""
 
     __slots__ = ("w", "b", "packed", "min_rows", "rows")
 
     def __init__(self, w: torch.Tensor, b: torch.Tensor | None = None, single_row: bool = False,
-                 dtype: torch.dtype | None = None):
+                 dtype: torch.dtype | None = None, *, pack: bool = True, release: bool = False):
         if dtype is not None:
             w, b = w.to(dtype), (None if b is None else b.to(dtype))
         self.w, self.b = w, b
-        self.packed = _onednn_pack(w)
+        self.packed = _onednn_pack(w) if pack else None
         self.min_rows = 1 if single_row or w.dtype == torch.bfloat16 else 2
         # (lo, hi): rows per oneDNN call (module docstring)
         self.rows = None if self.packed is None else row_blocks(self.packed, tuple(w.shape), w.dtype)
+        if release and self.packed is not None and self.min_rows == 1:
+            self.w = w.to("meta")
+
+    @property
+    def released(self) -> bool:
+        return self.w.device.type == "meta"
 
     def __call__(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
         """x [..., K] -> [..., N]; in row blocks when it has at most EXACT_MAX_ROWS rows or `exact` says so (a

@@ -15,15 +15,22 @@ float32, bfloat16 and int8 layers (runtime/quant.py) run passes of up to EXACT_M
 kernel call each instead (`_fused_hidden`, runtime/fused.py), where it builds: row-exact by construction (its
 oneDNN matmuls in row blocks, runtime/linear.py).
 
-dtype: weights are stored in the checkpoint's dtype and cast to the *compute* dtype at load. On CPU the compute
-dtype is float32 whatever `spec.model.dtype` says (fp32 is what the logits tests check); the matmul weights are
-bfloat16 where the CPU has native bf16 and the spec serves a 16-bit dtype (`target_weight_dtype`, measured
-reasons there), else float32; on CUDA everything is the serving dtype.
+dtype: the *compute* dtype is float32 on CPU whatever `spec.model.dtype` says (fp32 is what the logits tests
+check); the matmul weights are bfloat16 where the CPU has native bf16 and the spec serves a 16-bit dtype
+(`target_weight_dtype`, measured reasons there), else float32; on CUDA everything is the serving dtype.
+
+Memory: `from_dir` reads the checkpoint tensor by tensor (artifacts.weights.open_weights), each straight into
+the dtype it is kept in (no float32 detour for bf16 weights), so at most one layer's tensors are in flight;
+a quantized model quantizes each linear as it loads; a linear prepacked for oneDNN for every row count drops
+its plain weight (Linear's `release`); a 16-bit embedding stays 16-bit (its rows widen exactly at lookup) and
+a tied head shares it. A bf16 model then holds about its bf16 bytes plus the head's packed copy (see
+docs/measurements.md; bench/bench_memory.py measures it stage by stage).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable
 
@@ -31,12 +38,12 @@ import torch
 import torch.nn.functional as F
 
 from trtspec.artifacts.hf import ModelConfig
-from trtspec.artifacts.weights import load_weights
+from trtspec.artifacts.weights import open_weights
 from trtspec.errors import ModelError
 from trtspec.runtime.architectures import architecture
 from trtspec.runtime.attention import (EXACT_MAX_ROWS, _attend_one, _writer, apply_rope, exact_keys, layer_masks,
                                        rope_tables)
-from trtspec.runtime.dtypes import compute_dtype, target_weight_dtype
+from trtspec.runtime.dtypes import compute_dtype, storage_dtype, target_weight_dtype
 from trtspec.runtime.dtypes import draft_dtype as draft_dtype  # re-exported: the drafters' import
 from trtspec.runtime.layer import LayerWeights, layer_from_hf
 from trtspec.runtime.linear import ONEDNN_SINGLE_ROW_BYTES, Linear
@@ -76,39 +83,59 @@ class PassInputs:
 class Llama:
     """Weights + a forward over the static KV cache. Not an nn.Module: plain tensors, no hooks, no grads."""
 
-    def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], *, dtype: torch.dtype = torch.float32,
-                 device: str | torch.device = "cpu", max_seq: int = 4096, name: str = "model",
-                 prefix: str = "model.", input_norm: bool = True, final_norm: bool = True,
+    def __init__(self, cfg: ModelConfig, weights: Mapping[str, torch.Tensor], *,
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", max_seq: int = 4096,
+                 name: str = "model", prefix: str = "model.", input_norm: bool = True, final_norm: bool = True,
                  embed: torch.Tensor | None = None, lm_head: torch.Tensor | None = None,
-                 weight_dtype: torch.dtype | None = None):
+                 weight_dtype: torch.dtype | None = None, quantization: str | None = None, release: bool = False):
         """`prefix`, `input_norm`, `final_norm`, `embed`, `lm_head` let a draft head (EAGLE: one layer without
         input norm or final norm, reusing the target's embeddings and LM head) use the same code.
-        weight_dtype: dtype of the matmul weights if not `dtype` (bf16 drafters, see draft_dtype)."""
+        weight_dtype: dtype of the matmul weights if not `dtype` (bf16 drafters, see draft_dtype).
+        quantization: the linears' weight-only quantization (runtime/quant.py), done layer by layer as they
+        load (no float copy of the whole model first). release: each linear drops its plain weight once it is
+        prepacked for every row count (Linear; such a model cannot be quantized afterwards).
+        `weights` may read its tensors lazily (artifacts.weights.LazyWeights): each is read, cast to where it
+        goes and dropped, so the checkpoint is never held twice. The embedding (and an untied head's source)
+        keeps its stored 16-bit dtype when computing in float32 (dtypes.storage_dtype), its rows cast at lookup."""
         check_supported(cfg)
         self.cfg, self.dtype, self.device, self.name = cfg, dtype, torch.device(device), name
+        self.quantization = quantization
 
-        def get(key: str) -> torch.Tensor:
+        def get(key: str, dt: torch.dtype | None = dtype) -> torch.Tensor:
             if key not in weights:
                 raise ModelError(f"{name}: checkpoint is missing tensor {key!r}")
-            return weights[key].to(device=device, dtype=dtype)
+            t = weights[key]
+            return t.to(device=device, dtype=dt or storage_dtype(t.dtype, dtype))
 
-        self.embed = embed if embed is not None else get(prefix + "embed_tokens.weight")
+        self.embed = embed if embed is not None else get(prefix + "embed_tokens.weight", None)
         if tuple(self.embed.shape) != (cfg.vocab_size, cfg.hidden_size):
             raise ModelError(f"{name}: embed_tokens shape {tuple(self.embed.shape)} does not match the config "
                              f"(vocab {cfg.vocab_size}, hidden {cfg.hidden_size})")
+        quantize = None
+        if quantization:
+            from trtspec.runtime.quant import quantize_linear
+
+            def quantize(lin: Linear):
+                return quantize_linear(lin, quantization)
+        # oneDNN for one row too on a large model, decided before the layers load (the config's count is a lower
+        # bound of num_params: a model whose linears release here is one that use_onednn_single_row turns on)
+        big = cfg.num_params * (weight_dtype or dtype).itemsize > ONEDNN_SINGLE_ROW_BYTES
         windows = architecture(cfg).windows(cfg)
         self.layers = [layer_from_hf(weights, f"{prefix}layers.{i}.", cfg, dtype, device, input_norm=input_norm,
-                                     weight_dtype=weight_dtype, window=windows[i]) for i in range(cfg.num_layers)]
+                                     weight_dtype=weight_dtype, window=windows[i], single_row=big,
+                                     quantize=quantize, release=release) for i in range(cfg.num_layers)]
         self.norm = get(prefix + "norm.weight") if final_norm else None
         if lm_head is not None:
             self.lm_head = lm_head
         elif "lm_head.weight" in weights:
-            self.lm_head = get("lm_head.weight")
+            self.lm_head = get("lm_head.weight", None)
         elif cfg.tie_word_embeddings:
-            self.lm_head = self.embed
+            self.lm_head = self.embed  # tied: one tensor (the head's matmul copy shares it when the dtypes agree)
         else:
             raise ModelError(f"{name}: no lm_head.weight and tie_word_embeddings is false")
-        self.head = Linear(self.lm_head, dtype=weight_dtype)
+        head = Linear(self.lm_head, single_row=big, dtype=weight_dtype or dtype, pack=quantize is None,
+                      release=release)
+        self.head = head if quantize is None else quantize(head)
         # EAGLE-3 features: when set (by its proposer), `forward`'s hidden output is the concatenation of these
         # layers' outputs (the residual stream after layer i, un-normed) instead of the final post-norm state
         self.capture_layers: tuple[int, ...] = ()
@@ -133,7 +160,7 @@ class Llama:
     def use_onednn_single_row(self, on: bool) -> None:
         for lin in [self.head] + [x for lw in self.layers for x in (lw.qkv, lw.o, lw.gate_up, lw.down)]:
             if isinstance(lin, Linear):  # (a quantized twin has one kernel for every row count)
-                lin.min_rows = 1 if on or lin.w.dtype == torch.bfloat16 else 2
+                lin.min_rows = 1 if on or lin.w.dtype == torch.bfloat16 or lin.released else 2
 
     def set_max_seq(self, max_seq: int) -> None:
         """Size the RoPE tables for positions < max_seq (the cache's slot count)."""
@@ -143,14 +170,17 @@ class Llama:
 
     @classmethod
     def from_dir(cls, path: str | Path, *, dtype: str | torch.dtype = "float32", device: str = "cpu",
-                 max_seq: int = 4096, name: str | None = None, weight_dtype: torch.dtype | None = None) -> "Llama":
+                 max_seq: int = 4096, name: str | None = None, weight_dtype: torch.dtype | None = None,
+                 quantization: str | None = None) -> "Llama":
         """Load an HF checkpoint dir computing in compute_dtype(dtype, device); matmul weights in weight_dtype
-        (default: target_weight_dtype, by the CPU's capability)."""
+        (default: target_weight_dtype, by the CPU's capability), quantized as they load with `quantization`;
+        tensor by tensor from the files, each linear's plain weight released once prepacked (see __init__)."""
         cfg = ModelConfig.from_dir(path)
         check_supported(cfg)  # before reading any weights
-        return cls(cfg, load_weights(path), dtype=compute_dtype(dtype, device), device=device,
+        return cls(cfg, open_weights(path), dtype=compute_dtype(dtype, device), device=device,
                    max_seq=max_seq, name=name or Path(path).name,
-                   weight_dtype=weight_dtype or target_weight_dtype(dtype, device))
+                   weight_dtype=weight_dtype or target_weight_dtype(dtype, device), quantization=quantization,
+                   release=True)
 
     @property
     def num_params(self) -> int:
@@ -179,7 +209,7 @@ class Llama:
         are wanted (default: all). Returns (logits [B, M, V] | None, final (post-norm) hidden [B, T, hidden]),
         or with `capture_layers` the captured layers' outputs side by side [B, T, n * hidden] as the hidden.
         """
-        x = F.embedding(tokens, self.embed) if embeds is None else embeds
+        x = self.embed_tokens(tokens) if embeds is None else embeds
         captured: dict[int, torch.Tensor] | None = {} if self.capture_layers else None
         h = self.hidden(x, cache, positions, start, mask, row0=row0, capture=captured)
         if self.norm is not None:
@@ -280,3 +310,7 @@ class Llama:
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         return self.head(h)
+
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        """[B, T] token ids -> [B, T, hidden] in the compute dtype (the table may be stored narrower)."""
+        return F.embedding(tokens, self.embed).to(self.dtype)

@@ -40,11 +40,22 @@ MODES = ("int8", "int4")
 KERNEL_K = 8  # _weight_int8pack_mm's input width must be a multiple of this (a crash, not an error, otherwise)
 
 
+CHUNK_BYTES = 32 << 20  # float32 temporaries of one block of rows while quantizing
+
+
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(q int8 [N, K], scales float32 [N]) with w ~ q * scales[:, None]."""
-    w = w.float()
-    s = (w.abs().amax(1) / 127.0).clamp_min(1e-12)
-    return torch.round(w / s[:, None]).clamp(-127, 127).to(torch.int8), s
+    """(q int8 [N, K], scales float32 [N]) with w ~ q * scales[:, None]. Row blocks of CHUNK_BYTES at a time (each
+    row on its own, so the same numbers): a 151936-row LM head would otherwise make ~4 float32 copies of itself."""
+    N, K = w.shape
+    q = torch.empty(N, K, dtype=torch.int8, device=w.device)
+    s = torch.empty(N, dtype=torch.float32, device=w.device)
+    step = max(1, CHUNK_BYTES // (4 * max(K, 1)))
+    for i in range(0, N, step):
+        wi = w[i:i + step].float()  # [rows, K]
+        si = (wi.abs().amax(1) / 127.0).clamp_min(1e-12)
+        q[i:i + step] = torch.round(wi / si[:, None]).clamp(-127, 127).to(torch.int8)
+        s[i:i + step] = si
+    return q, s
 
 
 def quantize_int4(w: torch.Tensor, group: int = GROUP) -> torch.Tensor:
@@ -109,6 +120,9 @@ class Int8Linear:
 
 def quantize_linear(lin: Linear, mode: str) -> Any:
     """The quantized twin of a runtime Linear (a new object)."""
+    if lin.released:
+        raise ValueError("this linear's plain weight was released after prepacking (Llama.from_dir): load the "
+                         "model with quantization= instead of quantizing it afterwards")
     if mode == "int8":
         dt = int8_dtype(lin.w.dtype) if lin.w.device.type == "cpu" and lin.w.shape[1] % KERNEL_K == 0 else None
         if dt is not None:
@@ -122,13 +136,17 @@ def quantize_linear(lin: Linear, mode: str) -> Any:
 
 def quantize_llama(model: Llama, mode: str) -> int:
     """Quantize a runtime Llama's layer linears and head in place (a drafter's, or the target's for
-    model.quantization; its embedding stays as it is: a lookup reads one row); returns how many linears."""
+    model.quantization; its embedding stays as it is: a lookup reads one row); returns how many linears.
+    A model already loaded with this quantization (Llama(quantization=...)) is left as it is."""
     n = 0
+    if model.quantization == mode:
+        return 1 + 4 * len(model.layers)
     for lw in model.layers:
         for field in ("qkv", "o", "gate_up", "down"):
             setattr(lw, field, quantize_linear(getattr(lw, field), mode))
             n += 1
     model.head = quantize_linear(model.head, mode)
+    model.quantization = mode
     model.prepare_fused()  # the new linears, through the fused CPU kernel where it builds
     return n + 1
 
@@ -164,4 +182,4 @@ def quantize_proposer(proposer: Any, mode: str, target: Llama | None = None) -> 
 
 def _tensors(model: Llama) -> list[torch.Tensor]:
     lins = [model.head] + [x for lw in model.layers for x in (lw.qkv, lw.o, lw.gate_up, lw.down)]
-    return [model.embed, model.lm_head] + [lin.w for lin in lins if isinstance(lin, Linear)]
+    return [model.embed, model.lm_head] + [lin.w for lin in lins if isinstance(lin, Linear) and not lin.released]

@@ -8,12 +8,15 @@ model_repository_manager.cc, Poll). A server that loads its whole repository at 
 
 Two deploys (v1 in place, v2 beside it as the candidate) onto a running explicit-mode server; then a fresh
 server in each of those modes must load every model, and only the models, and serve v2's greedy text;
-after `trtspec rollback`, fresh servers serve v1 again. The demo versions: tests/e2e/conftest.py."""
+after `trtspec rollback`, fresh servers serve v1 again. That rollback runs on the repository as an older trtspec
+left it (its state inside DIR; such a repository starts only with its models named): it moves the state out
+with one warning line and rolls back by the older record. The demo versions: tests/e2e/conftest.py."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -23,7 +26,9 @@ from tests.e2e.conftest import VersionBuild
 from trtspec.cli import main
 from trtspec.client import generate_remote
 from trtspec.serve import TritonServer
+from trtspec.repository import pbtxt
 from trtspec.serve.control import REVISION_PARAM, ModelControl
+from trtspec.serve.deploy import ENGINES_SUBDIR, LEGACY_BACKUP_PREFIX, LEGACY_LOCK_FILE, Layout, read_records
 
 pytestmark = pytest.mark.e2e
 PROMPT, TOKENS = "def fibonacci(n):\n    ", 16
@@ -44,10 +49,12 @@ class Deployed:
                             work_dir=self.work / mode)
 
 
-def _cli(*args) -> dict:
+def _cli(*args, warnings: int = 0) -> dict:
     result = CliRunner().invoke(main, [str(a) for a in args])
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    lines = result.stderr.splitlines()
+    assert len(lines) == warnings and all(line.startswith("warning: ") for line in lines), result.stderr
+    return json.loads(result.stdout)
 
 
 def _deploy(server: TritonServer, repo: Path, build: VersionBuild) -> dict:
@@ -75,6 +82,27 @@ def _stop(server: TritonServer) -> None:
 
 def _top_level(repo: Path) -> list[str]:
     return sorted(p.name for p in repo.iterdir())
+
+
+def _as_an_older_trtspec_left_it(deployed: Deployed) -> None:
+    """Move the state into DIR where trtspec kept it before (DIR/.trtspec-engines/<name>, DIR/.trtspec-backup-<rev>,
+    DIR/.trtspec-deploy.lock; engine_dir = ".trtspec-engines/<name>"), and point v2's deploy record there."""
+    layout, name = Layout(deployed.repo), deployed.v2.spec.name
+    (deployed.repo / ENGINES_SUBDIR).mkdir()
+    (layout.engines / name).rename(deployed.repo / ENGINES_SUBDIR / name)
+    backup = deployed.repo / f"{LEGACY_BACKUP_PREFIX}{Path(deployed.second['backup']).name}"
+    Path(deployed.second["backup"]).rename(backup)
+    for model_dir in [deployed.repo / m for m in deployed.second["models"]] + [backup / m for m in
+                                                                               deployed.second["models"]]:
+        config = pbtxt.read_config(model_dir / "config.pbtxt")
+        if "engine_dir" in config.parameters:
+            config.parameters["engine_dir"].string_value = f"{ENGINES_SUBDIR}/{name}"
+            pbtxt.write_config(model_dir, config)
+    shutil.rmtree(layout.state)
+    (deployed.repo / LEGACY_LOCK_FILE).touch()
+    record = read_records(deployed.v2.root / "engines", name, deployed.repo)[-1]
+    path = Path(record.pop("_path"))
+    path.write_text(json.dumps(record | {"backup": str(backup)}))
 
 
 @pytest.fixture(scope="module")
@@ -109,12 +137,14 @@ def test_a_fresh_server_serves_the_newest_deploy(deployed, mode):
 
 def test_after_rollback_fresh_servers_serve_the_first_deploy(deployed):
     models, first = deployed.second["models"], deployed.first
-    server = deployed.server("explicit")
+    _as_an_older_trtspec_left_it(deployed)
+    server = TritonServer(deployed.repo, load_models=models, ready_timeout=120, work_dir=deployed.work / "rollback")
     server.start()
     try:
         back = _cli("rollback", "-c", deployed.v2.spec.source, "--url", server.http_url, "--grpc-url",
                     server.grpc_url, "--server-repo", deployed.repo, "--engines", deployed.v2.root / "engines",
-                    "--admin-key", server.admin_key, "--json")
+                    "--admin-key", server.admin_key, "--json", warnings=1)
+        assert back["migrated"]
         assert back["to_revision"] == first["revision"]
         _assert_serves(server, models, first["revision"], first["smoke"]["text"])
     finally:

@@ -25,12 +25,13 @@ from trtspec.client import generate_remote
 from trtspec.errors import DeployError
 from trtspec.serve import TritonServer
 from trtspec.serve.control import ModelControl
-from trtspec.serve.deploy import BACKUP_PREFIX, CANDIDATE_SUFFIX, REVISION_PARAM, STAGE_PREFIX, deploy_spec
+from trtspec.serve.deploy import CANDIDATE_SUFFIX, REVISION_PARAM, Layout, deploy_spec
 
 pytestmark = pytest.mark.e2e
 PROMPT = "def fibonacci(n):\n    "
 TOKENS = 24
 CLIENTS = 2
+MODELS = ("ensemble", "preprocessing", "tensorrt_llm", "postprocessing")
 
 # A lossy speculation bug: requests that speculate (K != 0) stop one token early. It loads and serves,
 # so only the smoke test's speculative-vs-plain identity can catch it.
@@ -127,9 +128,13 @@ class Live:
         finally:
             client.close()
 
+    def backups(self) -> list[Path]:
+        return sorted(Layout(self.repo).backups.iterdir())
+
     def leftovers(self) -> list[str]:
-        return sorted(p.name for p in self.repo.iterdir()
-                      if p.name.endswith(CANDIDATE_SUFFIX) or p.name.startswith(STAGE_PREFIX))
+        """Anything but the models in the repository (a candidate), and any stage dir beside it."""
+        return sorted(p.name for p in self.repo.iterdir() if p.name not in MODELS) + sorted(
+            p.name for p in Layout(self.repo).stages.iterdir())
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +190,7 @@ def _assert_untouched(live: Live, build: Build, step: str, cause: str, undone: s
     """Deploy `build` under traffic: it fails at `step`, and the serving version never changes."""
     before_text, before_rev = live.served(), live.revisions()
     good_source = (live.repo / "tensorrt_llm" / "1" / "model.py").read_bytes()
-    backups = sorted(live.repo.glob(f"{BACKUP_PREFIX}*"))
+    backups = live.backups()
     error, during, outcomes = _deploy_under_traffic(live, build)
     failed = [o for o in outcomes if isinstance(o, Exception)]
     print(f"\nfailing deploy ({step}): {len(during)} requests during the deploy, {len(outcomes)} in all, "
@@ -203,7 +208,7 @@ def _assert_untouched(live: Live, build: Build, step: str, cause: str, undone: s
     with ModelControl(live.server.http_url) as health:
         assert health.server_ready()
     assert (live.repo / "tensorrt_llm" / "1" / "model.py").read_bytes() == good_source
-    assert sorted(live.repo.glob(f"{BACKUP_PREFIX}*")) == backups
+    assert live.backups() == backups
     assert not live.leftovers()
 
 

@@ -6,14 +6,16 @@ import dataclasses
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from trtspec.artifacts.fs import digest, sha256_file
 from trtspec.errors import DeployError, TrtspecError
 from trtspec.serve.control import ModelControl
-from trtspec.serve.deploy.layout import (BACKUP_PREFIX, ENGINES_SUBDIR, KEEP_BACKUPS, STAGE_PREFIX, _deploy_lock,
-                                         _remove, _stamp, candidate_name)
+from trtspec.serve.deploy.layout import (KEEP_BACKUPS, Layout, _deploy_lock, _remove, _stamp, candidate_name, prepare,
+                                         server_layout)
+from trtspec.serve.deploy.migrate import migrate, migration_note
 from trtspec.serve.deploy.loading import _clear_candidates, _load, _message, _reload, _revision, _StepFailed, _unload
 from trtspec.serve.deploy.preflight import _check_server, _find_build, _http_url, resolve_grpc_url
 from trtspec.serve.deploy.records import prune_backups, write_record
@@ -29,13 +31,15 @@ class DeployResult:
     grpc_url: str                      # gRPC endpoint of the smoke test
     server_repo: str
     models: list[str]                  # models ready after the deploy (ensemble first)
-    engine_dir: str                    # the staged engine dir inside server_repo
-    replaced: list[str]                # dirs (relative to server_repo) that held a previous version
+    engine_dir: str                    # the deployed engine dir, DIR.trtspec/engines/<name> beside server_repo
+    replaced: list[str]                # items of the backup (model dirs, .trtspec-engines/<name>) that held a
+                                       # previous version
     backup: str | None                 # where those previous versions are kept (None: nothing replaced)
     smoke: SmokeResult | None
     seconds: float
     strategy: str                      # "candidate": beside the serving version; "in place": unload, then load
     revision: str                      # the trtspec_revision parameter of the deployed configs
+    migrated: list[str] = dataclasses.field(default_factory=list)  # an older trtspec's state moved out of DIR
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -50,7 +54,7 @@ class _Deploy:
     spec: Spec
     url: str
     grpc: str
-    server_repo: Path
+    layout: Layout
     models: list[str]                  # ensemble first
     client: ModelControl
     revision: str
@@ -83,7 +87,7 @@ class _Deploy:
     def listed(self, model: str, step: str) -> None:
         if model not in self.client.index():
             raise _StepFailed(step, f"the server at {self.url} does not list {model!r} in its repository: "
-                                    f"is {self.server_repo} the directory it serves?")
+                                    f"is {self.layout.repo} the directory it serves?")
 
     def failed(self, exc: _StepFailed | OSError) -> str:
         step = exc.step if isinstance(exc, _StepFailed) else "stage"
@@ -100,11 +104,11 @@ def _candidate(d: _Deploy) -> SmokeResult:
     names = d.stage.candidates
     try:
         for name in names:
-            os.replace(d.stage.path / name, d.server_repo / name)
+            os.replace(d.stage.path / name, d.layout.repo / name)
         d.control("load", d.listed, names[0], "load")
         d.control("load", _load, d.client, names[0], names, d.url)
         smoke = d.smoke(names[0])
-        d.control("unload", _clear_candidates, d.client, d.server_repo, names, d.timeout)
+        d.control("unload", _clear_candidates, d.client, d.layout.repo, names, d.timeout)
         return smoke
     except _StepFailed as exc:
         exc.step = f"candidate {exc.step}"
@@ -159,25 +163,29 @@ def deploy_spec(
     grpc_options=None,
     candidate: bool = True,
     keep_backups: int = KEEP_BACKUPS,
+    warn: Callable[[str], None] | None = None,
 ) -> DeployResult:
     """Deploy the spec's torch build onto the running server at `url` (HTTP HOST:PORT, explicit
     model-control mode) whose model repository is `server_repo`; see the module docstring.
     `admin_key` opens the server's restricted model-repository API; `grpc_options` (TLS, headers)
     are for the smoke test. `candidate=False` replaces a serving version in place (an outage, but
     never two copies of the model in memory). A successful deploy writes its record (records_dir) and keeps the
-    newest `keep_backups` backups in server_repo (rollback needs the newest)."""
+    newest `keep_backups` backups beside server_repo (rollback needs the newest). `warn` gets the one line
+    saying what of an older trtspec's state moved out of server_repo (layout.py, migrate.py)."""
     start = time.perf_counter()
     url = _http_url(url)
     repo_dir, engine_dir, _lock, models = _find_build(spec, Path(out_repo), Path(out_engines))
-    server_repo = Path(server_repo).resolve()
-    if not server_repo.is_dir():
-        raise DeployError(f"server repository {server_repo} is not a directory",
-                          hint="pass --server-repo DIR: the model repository the running server reads")
+    layout = server_layout(server_repo)
+    server_repo = layout.repo
     _check_server(url)
     grpc = resolve_grpc_url(url, grpc_url, spec)
     candidates = [candidate_name(m) for m in models]
+    prepare(layout)
 
-    with _deploy_lock(server_repo):
+    with _deploy_lock(layout):
+        migrated = migrate(layout)
+        if migrated and warn:
+            warn(migration_note(layout, migrated))
         try:
             client = ModelControl(url, admin_key, timeout)
             previous = client.ready(models)
@@ -187,18 +195,17 @@ def deploy_spec(
             raise DeployError(f"cannot control models on {url}: "
                               f"{exc.message if isinstance(exc, _StepFailed) else _message(exc)}",
                               hint="check --url and the admin key (--admin-key)") from None
-        for stale in server_repo.glob(f"{STAGE_PREFIX}*"):  # a dead deploy's (we hold the lock)
+        for stale in layout.stages.iterdir():  # a dead deploy's (we hold the lock)
             _remove(stale)
         beside = candidate and models[0] in previous
         revision = _stamp()
         try:
-            stage = _stage(repo_dir, engine_dir, models, server_repo, spec.name, revision, beside)
+            stage = _stage(repo_dir, engine_dir, models, layout, spec.name, revision, beside)
         except OSError as exc:
             client.close()
-            raise DeployError(f"cannot stage the build into {server_repo}: {exc}",
-                              hint="--server-repo must be writable and have room for the engines") from None
-        d = _Deploy(spec, url, grpc, server_repo, models, client, revision, stage,
-                    _Swap(server_repo, server_repo / f"{BACKUP_PREFIX}{revision}"),
+            raise DeployError(f"cannot stage the build into {layout.stages}: {exc}",
+                              hint=f"{layout.state} must be writable and have room for the engines") from None
+        d = _Deploy(spec, url, grpc, layout, models, client, revision, stage, _Swap(layout, layout.backup(revision)),
                     smoke_prompt, smoke_tokens, timeout, grpc_options, revisions)
         try:
             smoke = _run(d, previous, rollback, beside)
@@ -207,15 +214,15 @@ def deploy_spec(
             if not d.keep_stage:
                 shutil.rmtree(stage.path, ignore_errors=True)
         result = DeployResult(name=spec.name, url=url, grpc_url=grpc, server_repo=str(server_repo), models=models,
-                              engine_dir=str(server_repo / ENGINES_SUBDIR / spec.name), replaced=d.swap.replaced,
+                              engine_dir=str(layout.engines / spec.name), replaced=d.swap.replaced,
                               backup=str(d.swap.backup) if d.swap.replaced else None, smoke=smoke,
                               seconds=time.perf_counter() - start, strategy="candidate" if beside else "in place",
-                              revision=revision)
+                              revision=revision, migrated=migrated)
         write_record(Path(out_engines), spec.name, {
             "kind": "deploy", **result.to_dict(), "previous_revisions": revisions,
             "lock": {"digest": digest(_lock), "outputs": _lock.get("outputs")},
             "configs": {m: sha256_file(server_repo / m / "config.pbtxt") for m in models}})
-        prune_backups(server_repo, keep_backups)
+        prune_backups(layout.backups, keep_backups)
     return result
 
 
@@ -233,7 +240,7 @@ def _run(d: _Deploy, previous: list[str], rollback: bool, beside: bool) -> Smoke
                               f"({', '.join(d.stage.candidates)}) is left as it failed, the serving version was "
                               "not touched", hint="inspect it, then deploy again (that clears it)") from None
         try:
-            d.control("rollback", _clear_candidates, d.client, d.server_repo, d.stage.candidates, d.timeout)
+            d.control("rollback", _clear_candidates, d.client, d.layout.repo, d.stage.candidates, d.timeout)
         except (_StepFailed, OSError) as rb:
             raise DeployError(f"{what}; removing the candidate failed too ({_reason(rb)}); "
                               "the serving version was not touched",

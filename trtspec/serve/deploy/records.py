@@ -1,4 +1,4 @@
-"""Deploy records (beside the build output) and the pruning of old backups in a server repository."""
+"""Deploy records (beside the build output) and the pruning of old backups (beside the server repository)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from trtspec.artifacts.fs import read_json, write_json
 from trtspec.errors import DeployError
 from trtspec.names import check_name
-from trtspec.serve.deploy.layout import BACKUP_PREFIX, _remove
+from trtspec.serve.deploy.layout import _remove
 
 RECORDS_DIR = ".deployments"           # <engines>/.deployments/<name>/<revision>.json (see records_dir)
 
@@ -41,10 +41,11 @@ def read_records(out_engines: Path, name: str, server_repo: Path | None = None) 
     return out
 
 
-def prune_backups(server_repo: Path, keep: int) -> list[str]:
-    """Remove all but the newest `keep` backup dirs (names sort by time); returns the removed ones."""
-    backups = sorted(p for p in Path(server_repo).glob(f"{BACKUP_PREFIX}*") if p.is_dir())
-    gone = backups[:max(0, len(backups) - max(keep, 1))]
+def prune_backups(backups: Path, keep: int) -> list[str]:
+    """Remove all but the newest `keep` backup dirs in `backups` (DIR.trtspec/backups/: names sort by time);
+    returns the removed ones."""
+    found = sorted(p for p in Path(backups).iterdir() if p.is_dir()) if Path(backups).is_dir() else []
+    gone = found[:max(0, len(found) - max(keep, 1))]
     for p in gone:
         _remove(p)
     return [p.name for p in gone]

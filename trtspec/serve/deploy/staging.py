@@ -1,4 +1,4 @@
-"""Staging a build into the server repository, and the file swaps that put it in (and take it back out)."""
+"""Staging a build beside the server repository, and the file swaps that put it in (and take it back out)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from trtspec.serve.control import REVISION_PARAM
-from trtspec.serve.deploy.layout import ENGINES_SUBDIR, STAGE_PREFIX, _stamp, candidate_name
+from trtspec.serve.deploy.layout import ENGINES_SUBDIR, Layout, _stamp, candidate_name
 
 
 def _rewrite_config(model_dir: Path, engine_param: str, revision: str, rename: dict[str, str] | None = None) -> None:
@@ -29,24 +29,24 @@ def _rewrite_config(model_dir: Path, engine_param: str, revision: str, rename: d
 
 @dataclasses.dataclass
 class _Stage:
-    path: Path                         # <server_repo>/.trtspec-stage-<rev>/
+    path: Path                         # DIR.trtspec/stage/<rev>/
     items: list[str]                   # what goes in under the serving names (model dirs, then the engine dir)
     candidates: list[str]              # candidate model dirs (empty: in place), ensemble first
 
 
-def _stage(repo_dir: Path, engine_dir: Path, models: list[str], server_repo: Path, name: str, revision: str,
+def _stage(repo_dir: Path, engine_dir: Path, models: list[str], layout: Layout, name: str, revision: str,
            candidates: bool) -> _Stage:
-    """Copy the build into a temp dir inside server_repo (and its candidate models, when asked)."""
-    stage = server_repo / f"{STAGE_PREFIX}{revision}"
+    """Copy the build into a stage dir beside the server repository (and its candidate models, when asked)."""
+    stage = layout.stage(revision)
     engine_rel = f"{ENGINES_SUBDIR}/{name}"
     rename = {m: candidate_name(m) for m in models} if candidates else {}
     try:
         for model in models:
             shutil.copytree(repo_dir / model, stage / model)
-            _rewrite_config(stage / model, engine_rel, revision)
+            _rewrite_config(stage / model, layout.engine_param(name), revision)
             if candidates:
                 shutil.copytree(repo_dir / model, stage / rename[model])
-                _rewrite_config(stage / rename[model], f"{stage.name}/{engine_rel}", revision, rename)
+                _rewrite_config(stage / rename[model], layout.engine_param(name, revision), revision, rename)
         shutil.copytree(engine_dir, stage / engine_rel)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
@@ -56,13 +56,13 @@ def _stage(repo_dir: Path, engine_dir: Path, models: list[str], server_repo: Pat
 
 @dataclasses.dataclass
 class _Swap:
-    server_repo: Path
-    backup: Path
+    layout: Layout
+    backup: Path                       # DIR.trtspec/backups/<rev>/
     done: list[tuple[str, bool]] = dataclasses.field(default_factory=list)  # (rel path, had a previous one)
 
     def swap_in(self, stage: Path, items: list[str]) -> None:
         for rel in items:
-            final = self.server_repo / rel
+            final = self.layout.final(rel)
             final.parent.mkdir(parents=True, exist_ok=True)
             had = final.exists() or final.is_symlink()
             if had:
@@ -73,9 +73,9 @@ class _Swap:
 
     def restore(self) -> None:
         for rel, had in reversed(self.done):
-            final = self.server_repo / rel
+            final = self.layout.final(rel)
             if final.exists() or final.is_symlink():
-                trash = self.server_repo / f"{STAGE_PREFIX}trash-{_stamp()}"
+                trash = self.layout.stages / f"trash-{_stamp()}"
                 os.replace(final, trash)
                 shutil.rmtree(trash, ignore_errors=True)
             if had:

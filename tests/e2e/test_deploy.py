@@ -98,11 +98,13 @@ def test_deploy_loads_and_smoke_tests_the_build(target):
     assert smoke["new_tokens"] == TOKENS and smoke["ttft_seconds"] > 0
     assert out["backup"] is None and out["replaced"] == []  # the repository was empty
     assert out["strategy"] == "in place"  # nothing served: no candidate needed
-    # the engines travelled beside the models, and the models find them through a relative parameter
+    # the engines travelled beside the models, and the models find them through a relative parameter; the
+    # repository holds the models and nothing else (Triton would take anything else for a model)
     layout = Layout(target.repo)
     assert (layout.engines / spec.name / "trtspec.lock.json").is_file()
     config = (target.repo / "tensorrt_llm" / "config.pbtxt").read_text()
     assert f'string_value: "../{target.repo.name}.trtspec/engines/{spec.name}"' in config and REVISION_PARAM in config
+    assert sorted(p.name for p in target.repo.iterdir()) == sorted(out["models"])
     assert not list(layout.stages.iterdir())
     # served text = plain greedy decoding of the deployed weights, in process
     served = generate_remote(target.server.grpc_url, target.prompt, max_tokens=TOKENS, model=ensemble).text
@@ -139,6 +141,7 @@ def test_a_broken_redeploy_in_place_rolls_back_to_the_previous_deployment(target
     assert (target.repo / "tensorrt_llm" / "1" / "model.py").read_bytes() == good_source
     assert not list(layout.backups.iterdir()) and not list(layout.stages.iterdir())
     assert not any(path.exists() for path in stale)
+    assert sorted(p.name for p in target.repo.iterdir()) == sorted(target.cli_output["models"])
     # and the previous deployment serves the same output again
     assert _models_ready(server.http_url, target.cli_output["models"])
     assert generate_remote(server.grpc_url, target.prompt, max_tokens=TOKENS, model=ensemble).text == before

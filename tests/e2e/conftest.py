@@ -157,3 +157,46 @@ def local_engines(e2e):
     yield get
     for engine in engines.values():
         engine.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# Two versions of one deployment, for the deploy tests (test_deploy_traffic.py, test_deploy_restart.py)
+# ------------------------------------------------------------------------------------------------
+
+VERSIONS_NAME = "deploy-versions"
+
+
+@dataclasses.dataclass
+class VersionBuild:
+    """A `trtspec build` of the deployment VERSIONS_NAME (read only: copy it to change it)."""
+
+    spec: Spec
+    root: Path                         # parent of model_repository/ and engines/
+
+    def model_py(self, model: str) -> Path:
+        return self.root / "model_repository" / VERSIONS_NAME / model / "1" / "model.py"
+
+
+def build_version(root: Path, target: str, k: int) -> VersionBuild:
+    """The demo `target` checkpoint with lookahead and K = `k`, named VERSIONS_NAME, built under `root`."""
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / "trtspec.toml"
+    path.write_text("\n".join([
+        "schema = 1", "[model]", f'name = "{VERSIONS_NAME}"', f'target = "{(DEMO_MODELS / target).as_posix()}"',
+        'dtype = "float32"', "[speculative]", 'method = "lookahead"', f"num_draft_tokens = {k}",
+        "[limits]", "max_batch_size = 4", "max_input_len = 64", "max_output_len = 64"]) + "\n")
+    spec = load_spec(path)
+    build(spec, BuildOptions(out_engines=root / "engines", out_repo=root / "model_repository", progress=False))
+    return VersionBuild(spec, root)
+
+
+@pytest.fixture(scope="session")
+def versions(tmp_path_factory) -> tuple[VersionBuild, VersionBuild]:
+    """v1 = the demo target with the lookahead drafter (K=4), v2 = the 2-layer draft checkpoint as the target
+    (K=2): one deployment name, as a model update keeps it; each greedy text tells which version served it."""
+    from tests.support import demo_ready
+
+    if not demo_ready("target", "draft"):
+        pytest.skip("demo family not trained yet")
+    root = tmp_path_factory.mktemp("versions")
+    return build_version(root / "v1", "target", 4), build_version(root / "v2", "draft", 2)

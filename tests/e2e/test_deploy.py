@@ -21,8 +21,8 @@ from trtspec.cli import main
 from trtspec.client import generate_remote
 from trtspec.errors import DeployError
 from trtspec.serve import TritonServer, free_port
-from trtspec.serve.deploy import (BACKUP_PREFIX, CANDIDATE_SUFFIX, LOCK_FILE, REVISION_PARAM, STAGE_PREFIX,
-                                  deploy_spec, resolve_grpc_url)
+from trtspec.serve.deploy import (CANDIDATE_SUFFIX, LEGACY_STAGE_PREFIX, REVISION_PARAM, Layout, deploy_spec,
+                                  resolve_grpc_url)
 
 pytestmark = pytest.mark.e2e
 TOKENS = 24
@@ -98,14 +98,17 @@ def test_deploy_loads_and_smoke_tests_the_build(target):
     assert smoke["new_tokens"] == TOKENS and smoke["ttft_seconds"] > 0
     assert out["backup"] is None and out["replaced"] == []  # the repository was empty
     assert out["strategy"] == "in place"  # nothing served: no candidate needed
-    # the engines travelled with the models, and the models find them through a relative parameter
-    assert (target.repo / ".trtspec-engines" / spec.name / "trtspec.lock.json").is_file()
+    # the engines travelled beside the models, and the models find them through a relative parameter; the
+    # repository holds the models and nothing else (Triton would take anything else for a model)
+    layout = Layout(target.repo)
+    assert (layout.engines / spec.name / "trtspec.lock.json").is_file()
     config = (target.repo / "tensorrt_llm" / "config.pbtxt").read_text()
-    assert 'string_value: ".trtspec-engines/' in config and REVISION_PARAM in config
-    assert not list(target.repo.glob(f"{STAGE_PREFIX}*"))
+    assert f'string_value: "../{target.repo.name}.trtspec/engines/{spec.name}"' in config and REVISION_PARAM in config
+    assert sorted(p.name for p in target.repo.iterdir()) == sorted(out["models"])
+    assert not list(layout.stages.iterdir())
     # served text = plain greedy decoding of the deployed weights, in process
     served = generate_remote(target.server.grpc_url, target.prompt, max_tokens=TOKENS, model=ensemble).text
-    engine = methods.engine(load_engine_spec(target.repo / ".trtspec-engines" / spec.name))
+    engine = methods.engine(load_engine_spec(layout.engines / spec.name))
     try:
         local = engine.generate(target.prompt, SamplingParams(max_new_tokens=TOKENS, num_draft_tokens=0)).text
     finally:
@@ -121,20 +124,24 @@ def test_a_broken_redeploy_in_place_rolls_back_to_the_previous_deployment(target
     broken = _build(spec, tmp_path / "second")
     model_py = broken / "model_repository" / spec.name / "tensorrt_llm" / "1" / "model.py"
     model_py.write_text(model_py.read_text() + "\nraise RuntimeError('broken-build-7')\n")
-    # what a deploy killed mid-way leaves behind: the next one clears it
-    stale = [target.repo / f"{STAGE_PREFIX}dead", target.repo / f"tensorrt_llm{CANDIDATE_SUFFIX}"]
+    # what a deploy killed mid-way leaves behind (and an older trtspec's): the next one clears it
+    layout = Layout(target.repo)
+    stale = [layout.stage("dead"), target.repo / f"{LEGACY_STAGE_PREFIX}dead",
+             target.repo / f"tensorrt_llm{CANDIDATE_SUFFIX}"]
     for path in stale:
         (path / "1").mkdir(parents=True)
 
     result = _cli(spec, server, target.repo, broken, "--no-candidate")
     assert result.exit_code == DeployError.exit_code, result.output
-    error, hint = result.output.splitlines()  # one line each, no Python traceback
+    warning, error, hint = result.output.splitlines()  # one line each, no Python traceback
+    assert warning.startswith("warning: moved what an older trtspec left") and f"{LEGACY_STAGE_PREFIX}dead" in warning
     assert error.startswith("error: ") and hint.startswith("hint: ") and " At: " not in error
     assert "failed at the load" in error and "broken-build-7" in error and "rolled back" in error
     # the previous files are back, the backup is consumed, nothing staged is left over
     assert (target.repo / "tensorrt_llm" / "1" / "model.py").read_bytes() == good_source
-    assert not list(target.repo.glob(f"{BACKUP_PREFIX}*")) and not list(target.repo.glob(f"{STAGE_PREFIX}*"))
+    assert not list(layout.backups.iterdir()) and not list(layout.stages.iterdir())
     assert not any(path.exists() for path in stale)
+    assert sorted(p.name for p in target.repo.iterdir()) == sorted(target.cli_output["models"])
     # and the previous deployment serves the same output again
     assert _models_ready(server.http_url, target.cli_output["models"])
     assert generate_remote(server.grpc_url, target.prompt, max_tokens=TOKENS, model=ensemble).text == before
@@ -142,7 +149,7 @@ def test_a_broken_redeploy_in_place_rolls_back_to_the_previous_deployment(target
 
 def test_one_deploy_at_a_time(target):
     spec, server = target.spec, target.server
-    fd = os.open(target.repo / LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    fd = os.open(Layout(target.repo).lock, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another deploy holds the repository
         with pytest.raises(DeployError, match="another deploy into .* is running") as info:
@@ -152,7 +159,7 @@ def test_one_deploy_at_a_time(target):
         assert info.value.exit_code == 5 and "one at a time" in info.value.hint
     finally:
         os.close(fd)
-    assert not list(target.repo.glob(f"{STAGE_PREFIX}*"))  # it touched nothing
+    assert not list(Layout(target.repo).stages.iterdir())  # it touched nothing
     assert _models_ready(server.http_url, target.cli_output["models"])
 
 

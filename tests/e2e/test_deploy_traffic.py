@@ -20,18 +20,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import MODELS, demo_ready
+from tests.e2e.conftest import VersionBuild as Build
 from trtspec.client import generate_remote
 from trtspec.errors import DeployError
 from trtspec.serve import TritonServer
 from trtspec.serve.control import ModelControl
-from trtspec.serve.deploy import BACKUP_PREFIX, CANDIDATE_SUFFIX, REVISION_PARAM, STAGE_PREFIX, deploy_spec
+from trtspec.serve.deploy import CANDIDATE_SUFFIX, REVISION_PARAM, Layout, deploy_spec
 
 pytestmark = pytest.mark.e2e
-NAME = "deploy-traffic"
 PROMPT = "def fibonacci(n):\n    "
 TOKENS = 24
 CLIENTS = 2
+MODELS = ("ensemble", "preprocessing", "tensorrt_llm", "postprocessing")
 
 # A lossy speculation bug: requests that speculate (K != 0) stop one token early. It loads and serves,
 # so only the smoke test's speculative-vs-plain identity can catch it.
@@ -54,36 +54,6 @@ def _candidate_only(self, args):
     _initialize(self, args)
 TritonPythonModel.initialize = _candidate_only
 """
-
-
-def _spec(root: Path, target: str, k: int):
-    from trtspec.check import load_spec
-
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / "trtspec.toml"
-    path.write_text("\n".join([
-        "schema = 1", "[model]", f'name = "{NAME}"', f'target = "{(MODELS / target).as_posix()}"', 'dtype = "float32"',
-        "[speculative]", 'method = "lookahead"', f"num_draft_tokens = {k}",
-        "[limits]", "max_batch_size = 4", "max_input_len = 64", "max_output_len = 64"]) + "\n")
-    return load_spec(path)
-
-
-@dataclasses.dataclass
-class Build:
-    spec: object
-    root: Path                         # parent of model_repository/ and engines/
-
-    def model_py(self, model: str) -> Path:
-        return self.root / "model_repository" / NAME / model / "1" / "model.py"
-
-
-def _build(root: Path, target: str, k: int) -> Build:
-    from trtspec.backends import build
-    from trtspec.builders import BuildOptions
-
-    spec = _spec(root, target, k)
-    build(spec, BuildOptions(out_engines=root / "engines", out_repo=root / "model_repository", progress=False))
-    return Build(spec, root)
 
 
 def _variant(base: Build, root: Path, tail: str) -> Build:
@@ -158,17 +128,19 @@ class Live:
         finally:
             client.close()
 
+    def backups(self) -> list[Path]:
+        return sorted(Layout(self.repo).backups.iterdir())
+
     def leftovers(self) -> list[str]:
-        return sorted(p.name for p in self.repo.iterdir()
-                      if p.name.endswith(CANDIDATE_SUFFIX) or p.name.startswith(STAGE_PREFIX))
+        """Anything but the models in the repository (a candidate), and any stage dir beside it."""
+        return sorted(p.name for p in self.repo.iterdir() if p.name not in MODELS) + sorted(
+            p.name for p in Layout(self.repo).stages.iterdir())
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory):
-    if not demo_ready("target", "draft"):
-        pytest.skip("demo family not trained yet")
+def live(tmp_path_factory, versions):
     root = tmp_path_factory.mktemp("deploy_traffic")
-    v1, v2 = _build(root / "v1", "target", 4), _build(root / "v2", "draft", 2)
+    v1, v2 = versions
     repo = root / "server_repo"
     repo.mkdir()
     server = TritonServer(repo, load_models=(), ready_timeout=120, drain_timeout=5, work_dir=root / "work")
@@ -218,7 +190,7 @@ def _assert_untouched(live: Live, build: Build, step: str, cause: str, undone: s
     """Deploy `build` under traffic: it fails at `step`, and the serving version never changes."""
     before_text, before_rev = live.served(), live.revisions()
     good_source = (live.repo / "tensorrt_llm" / "1" / "model.py").read_bytes()
-    backups = sorted(live.repo.glob(f"{BACKUP_PREFIX}*"))
+    backups = live.backups()
     error, during, outcomes = _deploy_under_traffic(live, build)
     failed = [o for o in outcomes if isinstance(o, Exception)]
     print(f"\nfailing deploy ({step}): {len(during)} requests during the deploy, {len(outcomes)} in all, "
@@ -236,7 +208,7 @@ def _assert_untouched(live: Live, build: Build, step: str, cause: str, undone: s
     with ModelControl(live.server.http_url) as health:
         assert health.server_ready()
     assert (live.repo / "tensorrt_llm" / "1" / "model.py").read_bytes() == good_source
-    assert sorted(live.repo.glob(f"{BACKUP_PREFIX}*")) == backups
+    assert live.backups() == backups
     assert not live.leftovers()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trtspec.errors import DeployError
-from trtspec.serve.deploy import BACKUP_PREFIX, prune_backups, read_records, records_dir, rollback_spec, write_record
+from trtspec.serve.deploy import prune_backups, read_records, records_dir, rollback_spec, write_record
 
 
 def test_records_live_beside_the_build_and_read_back_in_order(tmp_path):
@@ -23,11 +23,12 @@ def test_records_live_beside_the_build_and_read_back_in_order(tmp_path):
 
 def test_prune_keeps_the_newest_backups(tmp_path):
     for i in range(5):
-        (tmp_path / f"{BACKUP_PREFIX}2026010{i}T000000-1-00000{i}").mkdir()
-    (tmp_path / "ensemble").mkdir()
+        (tmp_path / f"2026010{i}T000000-1-00000{i}").mkdir()
+    (tmp_path / "notes.txt").touch()
     gone = prune_backups(tmp_path, 2)
     assert len(gone) == 3 and sorted(p.name for p in tmp_path.iterdir()) == [
-        f"{BACKUP_PREFIX}20260103T000000-1-000003", f"{BACKUP_PREFIX}20260104T000000-1-000004", "ensemble"]
+        "20260103T000000-1-000003", "20260104T000000-1-000004", "notes.txt"]
+    assert prune_backups(tmp_path / "none", 2) == []
 
 
 def test_rollback_without_records_is_a_deploy_error(tmp_path):

@@ -36,9 +36,10 @@ def rollback(config, url, server_repo, grpc_url, out_engines, list_records, time
     Example:
       trtspec rollback -c trtspec.toml --url localhost:8000 --server-repo /srv/models
     """
+    from trtspec.check import load_spec
+    from trtspec.cli.deploy import warn
     from trtspec.serve import admin_key_for
     from trtspec.serve.deploy import read_records, rollback_spec
-    from trtspec.check import load_spec
 
     spec = load_spec(config)
     if list_records:
@@ -55,7 +56,7 @@ def rollback(config, url, server_repo, grpc_url, out_engines, list_records, time
             click.echo(f"{r['revision']}  {r['kind']:<8} {r['time']}  backup {r['backup'] or '-'}{flag}")
         return
     result = rollback_spec(spec, url, server_repo, grpc_url=grpc_url, out_engines=out_engines, timeout=timeout,
-                           admin_key=admin_key or admin_key_for(url), grpc_options=grpc_options)
+                           admin_key=admin_key or admin_key_for(url), grpc_options=grpc_options, warn=warn)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
         return

@@ -14,7 +14,7 @@ Library API besides:
 - `ModelControl` and `load_models(url, models, admin_key=...)` / `unload_models(...)` (serve/control.py):
   the one model-control client (explicit model control; the key of the restricted model-repository API);
 - `trtspec.serve.deploy.deploy_spec(...)`: `trtspec deploy` (stage, load beside the serving version,
-  smoke test, switch, roll back).
+  smoke test, switch, roll back; its state beside the server repository, in DIR.trtspec/).
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from trtspec.serve.drain import drain_server
 from trtspec.serve.endpoints import Endpoints, check_host, connect_host, free_port, port_in_use
 from trtspec.serve.install import find_triton, prepare_backends, server_env
 from trtspec.serve.processes import clean_leftovers, proc_start_time, stop_pid
-from trtspec.serve.processes import pid_alive  # noqa: F401  (serve/deploy.py imports it from here)
+from trtspec.serve.processes import pid_alive  # noqa: F401  (serve/deploy/preflight.py imports it from here)
 
 
 def _tail(path: Path | None, lines: int = 40) -> str:

@@ -64,12 +64,12 @@ def main() -> int:
                     help="one more argument for `aiperf profile` (repeat), e.g. --aiperf-arg=--workers-max --aiperf-arg=1")
     args = ap.parse_args()
 
+    from trtspec.backends import build
     from trtspec.bench import load
     from trtspec.bench.prompts import builtin
-    from trtspec.backends import build
     from trtspec.builders import BuildOptions
-    from trtspec.serve import TritonServer
     from trtspec.check import load_spec
+    from trtspec.serve import TritonServer
 
     spec = load_spec(args.spec)
     if args.server_threads:

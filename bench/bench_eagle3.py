@@ -36,11 +36,11 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from bench._common import Meter, jsonl_prompts as prompts, served_deployment  # noqa: E402
-from trtspec.artifacts.tokenizer import chat_prompt_ids  # noqa: E402
 from trtspec import methods  # noqa: E402
+from trtspec.artifacts.tokenizer import chat_prompt_ids  # noqa: E402
+from trtspec.check import load_spec, spec_from_dict  # noqa: E402
 from trtspec.runtime import SamplingParams  # noqa: E402
 from trtspec.runtime.stats import acceptance_rate, tokens_per_step  # noqa: E402
-from trtspec.check import load_spec, spec_from_dict  # noqa: E402
 
 MODEL = REPO / "examples" / "models" / "smollm2-135m-instruct"
 HEAD = REPO / "examples" / "models" / "smollm2-135m-instruct-eagle3"

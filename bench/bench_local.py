@@ -39,9 +39,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from trtspec import methods  # noqa: E402
+from trtspec.check import spec_from_dict  # noqa: E402
 from trtspec.runtime import SamplingParams, SpecEngine  # noqa: E402
 from trtspec.runtime.stats import tokens_per_step  # noqa: E402
-from trtspec.check import spec_from_dict  # noqa: E402
 
 METHODS = ["draft-model", "eagle", "medusa", "lookahead"]
 

@@ -149,7 +149,7 @@ def main() -> None:
     print(f"uptime: {os.popen('uptime').read().strip()}")
     flags = sorted({f for f in Path("/proc/cpuinfo").read_text().split() if f.startswith(("avx", "amx"))})
     print(f"cpu flags: {' '.join(flags)}; threads {os.cpu_count()}")
-    print(f"\n| scenario | stage | RSS GB | peak GB | peak x weights |\n|---|---|---|---|---|")
+    print("\n| scenario | stage | RSS GB | peak GB | peak x weights |\n|---|---|---|---|---|")
     for mode in ("load", "engine"):
         out = subprocess.run([sys.executable, __file__, "--child", mode, *args.configs], capture_output=True,
                              text=True)

@@ -52,8 +52,8 @@ def grid(args) -> dict:
     from trtspec.bench import load
     from trtspec.bench.prompts import builtin
     from trtspec.bench.tune import best_schedule
-    from trtspec.cli.bench import grid_table
     from trtspec.check import load_spec
+    from trtspec.cli.bench import grid_table
 
     spec = load_spec(ROOT / "examples/demo/draft-model.toml")
     prompts = builtin("code")[:args.n]
@@ -83,8 +83,8 @@ def grid(args) -> dict:
 def quant(args) -> dict:
     from trtspec.bench import load
     from trtspec.bench.prompts import builtin
-    from trtspec.cli.bench import grid_table
     from trtspec.check import load_spec
+    from trtspec.cli.bench import grid_table
 
     prompts = builtin("code")[:args.n]
     out = {}
@@ -102,8 +102,8 @@ def quant(args) -> dict:
 def smollm2(args) -> dict:
     from trtspec.bench import load
     from trtspec.bench.prompts import builtin
-    from trtspec.cli.bench import grid_table
     from trtspec.check import load_spec
+    from trtspec.cli.bench import grid_table
 
     spec = load_spec(ROOT / "examples/smollm2/lookahead.toml")
     prompts = builtin("edit")[:args.n]

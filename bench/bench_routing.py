@@ -40,8 +40,8 @@ from bench._common import Meter  # noqa: E402
 from trtspec import methods  # noqa: E402
 from trtspec.artifacts.tokenizer import load_tokenizer  # noqa: E402
 from trtspec.bench.prompts import SETS  # noqa: E402
-from trtspec.runtime import AdaptiveConfig, Llama, SamplingParams, SpecEngine  # noqa: E402
 from trtspec.check import load_spec  # noqa: E402
+from trtspec.runtime import AdaptiveConfig, Llama, SamplingParams, SpecEngine  # noqa: E402
 from trtspec.spec import drafter_spec  # noqa: E402
 
 CLASSES = ("code", "chat", "edit")

@@ -36,13 +36,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from trtspec.backends import build  # noqa: E402
-
 from trtspec.builders import BuildOptions  # noqa: E402
+from trtspec.check import spec_from_dict  # noqa: E402
 from trtspec.client import generate_remote  # noqa: E402
 from trtspec.repository.torch_repo import ModelNames, emit_torch_repository  # noqa: E402
-from trtspec.serve import TritonServer  # noqa: E402
 from trtspec.runtime.stats import tokens_per_step  # noqa: E402
-from trtspec.check import spec_from_dict  # noqa: E402
+from trtspec.serve import TritonServer  # noqa: E402
 
 METHODS = ["draft-model", "eagle", "medusa", "lookahead"]
 FALLBACK_PROMPTS = ["def parse_args(argv):\n    ", "import os\nimport sys\n\n\ndef main():\n", "class Cache:\n    ",

@@ -33,11 +33,11 @@ def main() -> int:
 
     import torch
 
-    from trtspec.artifacts.tokenizer import chat_prompt_ids
-    from trtspec.client import generate_remote
     from trtspec import methods
-    from trtspec.runtime import SamplingParams
+    from trtspec.artifacts.tokenizer import chat_prompt_ids
     from trtspec.check import load_spec
+    from trtspec.client import generate_remote
+    from trtspec.runtime import SamplingParams
 
     base = load_spec(args.spec)
     texts = prompts(ROOT / "examples/smollm2/chat.jsonl", args.prompts)

@@ -38,8 +38,8 @@ import torch  # noqa: E402
 from bench._common import Meter, jsonl_prompts  # noqa: E402
 from trtspec import methods  # noqa: E402
 from trtspec.artifacts.tokenizer import chat_prompt_ids, load_tokenizer  # noqa: E402
-from trtspec.runtime import AdaptiveConfig, Llama, SamplingParams, SpecEngine  # noqa: E402
 from trtspec.check import load_spec  # noqa: E402
+from trtspec.runtime import AdaptiveConfig, Llama, SamplingParams, SpecEngine  # noqa: E402
 
 METHODS = ("none", "ngram", "suffix", "lookahead")
 SMOL = REPO / "examples" / "smollm2"

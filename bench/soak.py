@@ -35,7 +35,6 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from trtspec.check import load_spec  # noqa: E402
-
 from trtspec.spec import Spec  # noqa: E402
 
 PROMPTS = ["def parse_args(argv):\n    ", "import os\nimport sys\n\n\ndef main():\n", "class Cache:\n    ",
@@ -97,8 +96,8 @@ def server_rss(server) -> tuple[float, int]:
 
 def references(spec: Spec, engine_dir: Path, prompts: list[str], max_tokens: int) -> list[str]:
     """Greedy plain-decoding texts of `prompts` in-process, on the weights the server loads."""
-    from trtspec.repository.serving import load_engine_spec
     from trtspec import methods
+    from trtspec.repository.serving import load_engine_spec
     from trtspec.runtime import SamplingParams
 
     engine = methods.engine(load_engine_spec(engine_dir))

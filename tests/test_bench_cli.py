@@ -6,8 +6,8 @@ import json
 
 from click.testing import CliRunner
 
-from trtspec.cli import main
 from tests.support import DEMO, needs_demo_models
+from trtspec.cli import main
 
 
 @needs_demo_models

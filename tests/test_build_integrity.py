@@ -12,14 +12,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.runtime.family import build_family, write_spec
 from trtspec.backends import build
-
 from trtspec.builders import BuildOptions
 from trtspec.builders.lock import LOCK_NAME, atomic_dir, write_json
-from trtspec.cli import main
 from trtspec.check import load_spec
-
-from tests.runtime.family import build_family, write_spec
+from trtspec.cli import main
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from trtspec.cli import main
 from tests.support import DEMO, needs_demo_models
+from trtspec.cli import main
 
 FIELDS = {"text", "tokens", "new_tokens", "steps", "drafted", "accepted", "acceptance_rate", "tokens_per_step",
           "seconds"}

@@ -214,10 +214,10 @@ def test_train_demo_family_serves_each_drafter_greedy_identically(quick_family, 
     """Each drafter loads through its method in the runtime and speculates (chain and, for heads, a tree)
     to exactly the runtime's plain greedy output; row-exact passes, so that no near-tie of the barely
     trained quick target can flip a token."""
-    from trtspec.artifacts.tokenizer import load_tokenizer
     from trtspec import methods
-    from trtspec.runtime import SamplingParams
+    from trtspec.artifacts.tokenizer import load_tokenizer
     from trtspec.check import spec_from_dict
+    from trtspec.runtime import SamplingParams
 
     where = {"draft-model": {"draft": "draft"}, "medusa": {"heads": "medusa"}, "eagle": {"heads": "eagle"}}[method]
     tree = {"choices": [[0], [1], [0, 0], [0, 1], [0, 0, 0]]} if method != "draft-model" else {}

@@ -8,21 +8,18 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
+from tests.runtime.family import build_family, write_spec
 from trtspec.backends import build
-
 from trtspec.builders import BuildOptions
+from trtspec.check import load_spec, spec_from_dict
 from trtspec.cli import main
 from trtspec.errors import BuildError, RepositoryError, SpecError
 from trtspec.names import RESERVED_MODEL_NAMES, inside, name_problem
 from trtspec.repository.torch_repo import ModelNames, emit_torch_repository
 from trtspec.repository.trtllm import relocate_repository, write_files
 from trtspec.repository.trtllm.engine import BLS, DRAFT, POST, PRE, TARGET
-from trtspec.check import load_spec, spec_from_dict
-
-from tests.runtime.family import build_family, write_spec
 
 BAD = ["..", ".", "a/b", "", "../x", "-x", ".hidden", "a\0b", "a b", "x" * 129, "...", "a\\b"]
 GOOD = ["a", "ensemble", "ensemble_v2.1", "a..b", "A-1", "x" * 128]

@@ -10,14 +10,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from trtspec.methods import check_pair
+from tests.runtime.family import build_family, write_spec
 from trtspec.backends import build
 from trtspec.builders import BuildOptions
+from trtspec.check import load_spec
 from trtspec.cli import main
 from trtspec.errors import PairError
-from trtspec.check import load_spec
-
-from tests.runtime.family import build_family, write_spec
+from trtspec.methods import check_pair
 
 
 @pytest.fixture(scope="module")

@@ -10,17 +10,20 @@ from pathlib import Path
 
 import pytest
 
+from tests.runtime.family import build_family, write_spec
 from trtspec.backends import build
-
 from trtspec.builders import BuildOptions
 from trtspec.builders.lock import LOCK_NAME, read_lock
+from trtspec.check import load_spec, spec_from_dict
 from trtspec.errors import BuildError, ClientError
 from trtspec.repository import pbtxt, serving, textio
-from trtspec.repository.torch_repo import (ENSEMBLE_INPUTS, ENSEMBLE_OUTPUTS, ModelNames, emit_torch_repository,
-                                           model_source)
-from trtspec.check import load_spec, spec_from_dict
-
-from tests.runtime.family import build_family, write_spec
+from trtspec.repository.torch_repo import (
+    ENSEMBLE_INPUTS,
+    ENSEMBLE_OUTPUTS,
+    ModelNames,
+    emit_torch_repository,
+    model_source,
+)
 
 METHODS = ["draft-model", "medusa", "eagle", "lookahead"]
 

@@ -21,17 +21,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, example, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
+from tests.runtime import family
+from trtspec.check import load_spec
 from trtspec.errors import GenerationError
 from trtspec.repository import pbtxt, serving, textio
 from trtspec.repository.torch_repo import ModelNames, generation_config, postprocessing_config, preprocessing_config
 from trtspec.runtime import SamplingParams
-from trtspec.check import load_spec
-
-from tests.runtime import family
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

@@ -123,7 +123,6 @@ def test_foreground_serve_beside_a_running_background_server_is_a_serve_error(tm
     from click.testing import CliRunner
 
     from trtspec.cli import main
-    from trtspec.cli import serve as serve_cli
 
     spec = tmp_path / "s.toml"
     (tmp_path / "t").mkdir()

@@ -11,11 +11,10 @@ import types
 import numpy as np
 import pytest
 
+from tests.e2e.conftest import DEMO_SPECS
+from trtspec.check import load_spec
 from trtspec.repository import serving, textio
 from trtspec.repository.torch_repo import ModelNames, ensemble_config, preprocessing_config
-from trtspec.check import load_spec
-
-from tests.e2e.conftest import DEMO_SPECS
 
 
 class Tokenizer:

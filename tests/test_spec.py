@@ -8,11 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.support import DEMO, ROOT, needs_demo_models
+from trtspec.check import load_spec, spec_from_dict
 from trtspec.cli import main
 from trtspec.errors import SpecError
-from trtspec.check import load_spec, spec_from_dict
-
-from tests.support import DEMO, ROOT, needs_demo_models
 
 BROKEN = sorted((ROOT / "tests/data/specs/broken").glob("*.toml"))
 

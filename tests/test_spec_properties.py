@@ -11,13 +11,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, assume, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, assume, example, given, settings, strategies as st
 from pydantic import BaseModel
 
+from trtspec.check import load_spec, spec_from_dict
 from trtspec.errors import SpecError
 from trtspec.names import name_problem
-from trtspec.check import load_spec, spec_from_dict
 from trtspec.spec import Spec
 
 SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

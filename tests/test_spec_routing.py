@@ -8,8 +8,8 @@ import copy
 import pytest
 
 from tests.support import DEMO, needs_demo_models
-from trtspec.errors import SpecError
 from trtspec.check import load_spec, spec_from_dict
+from trtspec.errors import SpecError
 from trtspec.spec import drafter_spec
 
 ROUTED = {"schema": 1, "model": {"target": "t"},
@@ -89,8 +89,8 @@ def test_a_routed_spec_is_refused_by_the_tensorrt_llm_runtimes():
 @needs_demo_models
 def test_the_demo_routed_spec_checks_its_pair_and_builds_each_drafters_weights():
     from trtspec import methods
-    from trtspec.methods import check_pair
     from trtspec.builders.torch_build import engine_spec_dict, roles
+    from trtspec.methods import check_pair
 
     spec = load_spec(DEMO / "routed.toml")
     assert check_pair(spec).problems == []

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import backends, methods
-from trtspec.spec import load, rules
 from trtspec.errors import ModelError, PairError, SpecError, TrtspecError
-from trtspec.spec import DEFAULT_SPEC, Problem, Spec, check_paths
+from trtspec.spec import DEFAULT_SPEC, Problem, Spec, check_paths, load, rules
 
 
 def meaning_problems(spec: Spec) -> list[Problem]:

@@ -48,10 +48,10 @@ def test_greedy_speculation_equals_plain_decoding(arch_root, method):
 def test_check_and_build_accept_every_architecture(arch_root, tmp_path):
     """The pair check (what `trtspec check` and the torch build run first) takes every architecture the
     runtime runs, and a torch build of it goes through."""
-    from trtspec.methods import check_pair
     from trtspec.backends import build
     from trtspec.builders import BuildOptions
     from trtspec.check import load_spec
+    from trtspec.methods import check_pair
 
     spec = load_spec(family.write_spec(arch_root, "lookahead"))
     assert check_pair(spec).problems == []

@@ -16,8 +16,8 @@ from trtspec import methods
 from trtspec.artifacts import heads, manifest
 from trtspec.artifacts.hf import ModelConfig
 from trtspec.artifacts.weights import load_weights, weight_shapes
-from trtspec.errors import ConvertError, ModelError, RepositoryError
 from trtspec.check import spec_from_dict
+from trtspec.errors import ConvertError, ModelError, RepositoryError
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +79,9 @@ def test_the_converter_refuses_pickled_weights_without_unpickling_them(tmp_path)
 def test_medusa_num_heads_has_one_error_behaviour_everywhere(fam, tmp_path, value):
     """Missing or not an integer >= 1: an error naming the key in check, convert, the memory plan and the
     runtime alike (the memory plan used to assume one head, the converter 0 heads, the runtime int("4"))."""
-    from trtspec.methods import check_pair
     from trtspec.backends.trtllm_engine_methods import engine_method, medusa_num_heads
     from trtspec.builders.trtllm.memory import memory_plan
+    from trtspec.methods import check_pair
 
     root = _copy(fam, tmp_path)
     cfg = json.loads((root / "medusa" / "config.json").read_text())
@@ -169,8 +169,8 @@ def test_the_trainers_eagle_head_is_what_the_runtime_computes(tmp_path):
     decoder layer) and the runtime's Llama reading the written head."""
     from trtspec.runtime.cache import chain_inputs
     from trtspec.runtime.llama import Llama
-    from trtspec.train.writers import write_eagle1
     from trtspec.train.modules import EagleHead, Shape
+    from trtspec.train.writers import write_eagle1
 
     torch.manual_seed(0)
     shape = Shape(n_layer=1, dim=64, n_head=4, n_kv_head=2, ffn=128, vocab=50, max_pos=64)

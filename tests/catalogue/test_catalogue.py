@@ -19,11 +19,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from trtspec.cli import main
-
 from tests.catalogue import render, samples
 from tests.catalogue.cases import CASES, CHECK, GROUPS, Case, spec_text
 from tests.runtime import family
+from trtspec.cli import main
 
 OFFLINE = [c for c in CASES if c.group != "request"]
 REQUESTS = [c for c in CASES if c.group == "request"]
@@ -118,12 +117,11 @@ def test_offline_case(case: Case, pristine, tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
+    from tests.e2e.conftest import DEMO_MODELS, DEMO_SPECS, _tiny_specs
     from trtspec.backends import build
     from trtspec.builders import BuildOptions
-    from trtspec.serve import TritonServer
     from trtspec.check import load_spec
-
-    from tests.e2e.conftest import DEMO_MODELS, DEMO_SPECS, _tiny_specs
+    from trtspec.serve import TritonServer
 
     root = tmp_path_factory.mktemp("catalogue-requests")
     demo = (DEMO_MODELS / "MANIFEST.json").is_file()

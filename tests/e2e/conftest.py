@@ -18,16 +18,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.runtime import family as tiny
 from trtspec.backends import build
-
 from trtspec.builders import BuildOptions, BuildResult
+from trtspec.check import load_spec
 from trtspec.repository.torch_repo import ModelNames, emit_torch_repository
 from trtspec.serve import TritonServer
-from trtspec.check import load_spec
 from trtspec.spec import Spec
 
 ROOT = Path(__file__).resolve().parents[2]
-from tests.runtime import family as tiny
 
 METHODS = ["draft-model", "medusa", "eagle", "lookahead"]
 DEMO_SPECS = ROOT / "examples" / "demo"

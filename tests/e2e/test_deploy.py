@@ -21,8 +21,14 @@ from trtspec.cli import main
 from trtspec.client import generate_remote
 from trtspec.errors import DeployError
 from trtspec.serve import TritonServer, free_port
-from trtspec.serve.deploy import (CANDIDATE_SUFFIX, LEGACY_STAGE_PREFIX, REVISION_PARAM, Layout, deploy_spec,
-                                  resolve_grpc_url)
+from trtspec.serve.deploy import (
+    CANDIDATE_SUFFIX,
+    LEGACY_STAGE_PREFIX,
+    REVISION_PARAM,
+    Layout,
+    deploy_spec,
+    resolve_grpc_url,
+)
 
 pytestmark = pytest.mark.e2e
 TOKENS = 24
@@ -85,8 +91,8 @@ def target(tmp_path_factory):
 
 
 def test_deploy_loads_and_smoke_tests_the_build(target):
-    from trtspec.repository.serving import load_engine_spec
     from trtspec import methods
+    from trtspec.repository.serving import load_engine_spec
     from trtspec.runtime import SamplingParams
 
     out, spec = target.cli_output, target.spec

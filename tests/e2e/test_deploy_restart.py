@@ -25,8 +25,8 @@ from click.testing import CliRunner
 from tests.e2e.conftest import VersionBuild
 from trtspec.cli import main
 from trtspec.client import generate_remote
-from trtspec.serve import TritonServer
 from trtspec.repository import pbtxt
+from trtspec.serve import TritonServer
 from trtspec.serve.control import REVISION_PARAM, ModelControl
 from trtspec.serve.deploy import ENGINES_SUBDIR, LEGACY_BACKUP_PREFIX, LEGACY_LOCK_FILE, Layout, read_records
 

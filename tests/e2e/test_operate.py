@@ -77,8 +77,8 @@ def test_status_lists_models_revisions_and_spec_decode_metrics(e2e):
 
 def test_tune_writes_a_schedule_the_runtime_then_follows(e2e, tmp_path):
     from trtspec import methods
-    from trtspec.runtime import SamplingParams
     from trtspec.check import load_spec
+    from trtspec.runtime import SamplingParams
 
     d = e2e.deployments["draft-model"]
     path = _spec_copy(d.served_spec, tmp_path / "tuned.toml")

@@ -26,8 +26,8 @@ def _cli(*args):
 
 
 def test_deploy_records_then_rollback_restores_the_previous_version(tmp_path):
-    from trtspec.serve.control import server_status
     from trtspec.check import load_spec
+    from trtspec.serve.control import server_status
 
     if not demo_ready("target", "draft"):
         pytest.skip("demo family not trained yet")

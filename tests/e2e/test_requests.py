@@ -17,15 +17,13 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
+from tests.e2e.conftest import DEMO_MODELS, DEMO_SPECS, _tiny_specs
 from trtspec.backends import build
-
 from trtspec.builders import BuildOptions
+from trtspec.check import load_spec
 from trtspec.client import generate_remote
 from trtspec.serve import TritonServer
-from trtspec.check import load_spec
 from trtspec.spec import Spec
-
-from tests.e2e.conftest import DEMO_MODELS, DEMO_SPECS, _tiny_specs
 
 pytestmark = pytest.mark.e2e
 

@@ -11,11 +11,10 @@ import urllib.request
 import numpy as np
 import pytest
 
+from tests.e2e.conftest import METHODS
 from trtspec.client import generate_remote
 from trtspec.errors import ClientError
 from trtspec.repository import pbtxt
-
-from tests.e2e.conftest import METHODS
 
 pytestmark = pytest.mark.e2e
 MAX_TOKENS = 24

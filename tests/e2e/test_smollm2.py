@@ -57,15 +57,15 @@ def test_the_import_is_the_installed_gguf_and_matches_an_fp64_reference():
 def test_a_streamed_chat_served_by_triton_equals_inprocess_plain_decoding(tmp_path):
     import tritonclient.grpc as grpcclient
 
+    from trtspec import methods
     from trtspec.artifacts.tokenizer import chat_prompt_ids
     from trtspec.backends import build
     from trtspec.builders import BuildOptions
+    from trtspec.check import load_spec
     from trtspec.client import generate_remote
     from trtspec.repository.serving import load_engine_spec
-    from trtspec import methods
     from trtspec.runtime import SamplingParams
     from trtspec.serve import TritonServer
-    from trtspec.check import load_spec
 
     result = build(load_spec(SPEC), BuildOptions(out_engines=tmp_path / "engines",
                                                  out_repo=tmp_path / "model_repository", progress=False))

@@ -8,9 +8,8 @@ from __future__ import annotations
 import pytest
 
 from bench.soak import PROMPTS, report, run_soak
-from trtspec.check import load_spec
-
 from tests.e2e.conftest import DEMO_MODELS, DEMO_SPECS, _tiny_specs
+from trtspec.check import load_spec
 
 pytestmark = pytest.mark.e2e
 

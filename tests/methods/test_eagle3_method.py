@@ -15,9 +15,9 @@ from tests.runtime import family
 from tests.runtime.test_rejection import chi2_z
 from tests.train.eagle3_support import save_eagle3, save_target4, write_spec
 from trtspec import methods
+from trtspec.check import load_spec
 from trtspec.runtime import SamplingParams, SpecEngine
 from trtspec.runtime.llama import Llama
-from trtspec.check import load_spec
 
 torch.set_num_threads(1)
 TREE = [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]

@@ -10,10 +10,10 @@ import pytest
 
 from tests.support import ROOT
 from trtspec import methods
+from trtspec.check import spec_from_dict
 from trtspec.convert import params
 from trtspec.errors import SpecError
 from trtspec.methods.lookahead import lookahead_max_draft_len
-from trtspec.check import spec_from_dict
 
 BUILTIN = ("draft-model", "medusa", "eagle", "lookahead", "ngram", "suffix", "none")
 

@@ -13,12 +13,12 @@ from trtspec import methods
 from trtspec.backends.trtllm_engine_methods import engine_method
 from trtspec.backends.trtllm_llmapi_methods import llmapi_method
 from trtspec.builders.trtllm.plan import make_plan
+from trtspec.check import spec_from_dict
 from trtspec.cli import main
 from trtspec.errors import BuildError, ConvertError, RepositoryError, SpecError
 from trtspec.methods.base import Method
 from trtspec.runtime import Draft, DraftPlan, Proposer, SamplingParams
 from trtspec.runtime.proposer import EMPTY, chain
-from trtspec.check import spec_from_dict
 from trtspec.spec import Problem
 
 NAME = "repeat-last-token"

@@ -12,14 +12,21 @@ import torch
 from tests.runtime import family
 from trtspec import methods
 from trtspec.backends.trtllm_llmapi_methods import llmapi_method
+from trtspec.check import spec_from_dict
 from trtspec.errors import SpecError
-from trtspec.methods.lookahead import (DEPRECATION, LookaheadProposer, Pool, column_ngrams, jacobi_step,
-                                       lookahead_max_draft_len, window_shape)
+from trtspec.methods.lookahead import (
+    DEPRECATION,
+    LookaheadProposer,
+    Pool,
+    column_ngrams,
+    jacobi_step,
+    lookahead_max_draft_len,
+    window_shape,
+)
 from trtspec.methods.suffix import OutputCache, SuffixProposer, SuffixTree, speculate
 from trtspec.runtime import AdaptiveConfig, Llama, SamplingParams, SpecEngine
 from trtspec.runtime.cache import branch_inputs, chain_inputs
 from trtspec.runtime.proposer import Branch
-from trtspec.check import spec_from_dict
 
 torch.set_num_threads(1)
 

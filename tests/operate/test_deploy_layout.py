@@ -17,8 +17,17 @@ from trtspec.cli import main
 from trtspec.errors import DeployError
 from trtspec.repository import pbtxt
 from trtspec.repository.serving import resolve_engine_dir
-from trtspec.serve.deploy import (ENGINES_SUBDIR, LEGACY_BACKUP_PREFIX, LEGACY_LOCK_FILE, LEGACY_STAGE_PREFIX,
-                                  Layout, migrate, server_layout, tidy, write_record)
+from trtspec.serve.deploy import (
+    ENGINES_SUBDIR,
+    LEGACY_BACKUP_PREFIX,
+    LEGACY_LOCK_FILE,
+    LEGACY_STAGE_PREFIX,
+    Layout,
+    migrate,
+    server_layout,
+    tidy,
+    write_record,
+)
 from trtspec.serve.deploy.layout import _deploy_lock, prepare
 
 MODELS = ("ensemble", "preprocessing", "tensorrt_llm", "postprocessing")
@@ -188,8 +197,8 @@ def test_an_older_deploy_record_still_finds_its_backup(tmp_path, monkeypatch):
     """A record of an older trtspec names DIR/.trtspec-backup-<rev>: before and after the migration, rollback
     finds that backup and goes on to the server (which is not there: one line, exit 5)."""
     from trtspec.check import spec_from_dict
-    from trtspec.serve.deploy import rollback_spec
     from trtspec.serve import free_port
+    from trtspec.serve.deploy import rollback_spec
 
     repo, engines = _legacy_repo(tmp_path), tmp_path / "engines"
     spec = spec_from_dict({"schema": 1, "model": {"name": "demo", "target": "t"}, "speculative": {"draft": "d"}})

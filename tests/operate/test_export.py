@@ -10,9 +10,9 @@ import yaml
 from click.testing import CliRunner
 
 from tests.support import DEMO, needs_demo_models
+from trtspec.check import load_spec, spec_from_dict
 from trtspec.cli import main
 from trtspec.errors import RepositoryError
-from trtspec.check import load_spec, spec_from_dict
 
 K8S_VERSION = "1.30"
 

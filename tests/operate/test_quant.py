@@ -9,9 +9,9 @@ import torch
 
 from tests.runtime import family
 from trtspec import methods
+from trtspec.check import load_spec, spec_from_dict
 from trtspec.errors import SpecError
 from trtspec.runtime.quant import Int8Linear, int8_kernel, quantize_int4, quantize_int8, quantize_proposer
-from trtspec.check import load_spec, spec_from_dict
 
 
 def test_int8_per_channel_and_int4_per_group_levels():

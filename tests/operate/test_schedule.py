@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.runtime import family
-from trtspec.errors import SpecError
 from trtspec.check import load_spec, spec_from_dict
+from trtspec.errors import SpecError
 from trtspec.spec import draft_len_schedule, schedule_k
 
 

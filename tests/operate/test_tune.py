@@ -10,8 +10,8 @@ import pytest
 
 from trtspec.bench.load import Grid, Point
 from trtspec.bench.tune import best_schedule, write_schedule
-from trtspec.errors import SpecError
 from trtspec.check import load_spec
+from trtspec.errors import SpecError
 
 SPEC = """# my deployment: keep this comment
 schema = 1

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from tests.runtime import family
-from tests.support import DEMO as DEMO_SPECS
 from tests.support import MODELS as DEMO_MODELS
 
 torch.set_num_threads(1)

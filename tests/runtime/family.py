@@ -43,7 +43,7 @@ def save_llama(path: Path, seed: int, **kw):
 
 
 def save_tokenizer(path: Path, vocab: int = VOCAB):
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     words = {f"w{i}": i for i in range(vocab - 2)}
@@ -72,15 +72,15 @@ def save_eagle(path: Path, seed: int, **kw):
 
     cfg = llama_config(num_hidden_layers=1, **kw)
     g = torch.Generator().manual_seed(seed)
-    H, I = cfg.hidden_size, cfg.intermediate_size
+    H, FF = cfg.hidden_size, cfg.intermediate_size
     D = cfg.head_dim if getattr(cfg, "head_dim", None) else H // cfg.num_attention_heads
     nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
     r = lambda *s: torch.randn(*s, generator=g) * 0.2  # noqa: E731
     w = {"fc.weight": r(H, 2 * H), "fc.bias": r(H),
          "layers.0.self_attn.q_proj.weight": r(nh * D, H), "layers.0.self_attn.k_proj.weight": r(nkv * D, H),
          "layers.0.self_attn.v_proj.weight": r(nkv * D, H), "layers.0.self_attn.o_proj.weight": r(H, nh * D),
-         "layers.0.mlp.gate_proj.weight": r(I, H), "layers.0.mlp.up_proj.weight": r(I, H),
-         "layers.0.mlp.down_proj.weight": r(H, I), "layers.0.post_attention_layernorm.weight": 1 + r(H)}
+         "layers.0.mlp.gate_proj.weight": r(FF, H), "layers.0.mlp.up_proj.weight": r(FF, H),
+         "layers.0.mlp.down_proj.weight": r(H, FF), "layers.0.post_attention_layernorm.weight": 1 + r(H)}
     write_eagle(path, w, cfg)
 
 

@@ -9,17 +9,16 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from transformers import AutoTokenizer
 
 from tests.runtime.family import VOCAB, engine
 from trtspec.methods.draft_model import DraftModelProposer
 from trtspec.methods.eagle import EagleProposer
 from trtspec.methods.lookahead import LookaheadProposer
+from trtspec.methods.medusa import MedusaProposer
 from trtspec.methods.ngram import NgramProposer
 from trtspec.methods.suffix import SuffixProposer
-from trtspec.methods.medusa import MedusaProposer
 from trtspec.runtime import AdaptiveConfig, Llama, Proposer, SamplingParams, SpecEngine
 
 

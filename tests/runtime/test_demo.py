@@ -6,12 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support import DEMO as DEMO_SPECS
-from tests.support import MODELS as DEMO_MODELS
-from tests.support import demo_ready
+from tests.support import DEMO as DEMO_SPECS, MODELS as DEMO_MODELS, demo_ready
 from trtspec import methods
-from trtspec.runtime import SamplingParams
 from trtspec.check import load_spec
+from trtspec.runtime import SamplingParams
 
 pytestmark = pytest.mark.skipif(not demo_ready("target", "draft", "medusa", "eagle"),
                                 reason="demo family not trained yet (examples/models)")

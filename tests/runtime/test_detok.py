@@ -6,8 +6,7 @@ without a fast backend (full decodes)."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from transformers import AutoTokenizer
 
 from tests.support import MODELS, demo_models_present

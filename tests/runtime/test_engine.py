@@ -223,6 +223,7 @@ def test_sampled_draft_model_is_lossless_end_to_end(tiny_vocab):
 
 def test_sampled_end_to_end_check_catches_a_broken_residual(tiny_vocab, monkeypatch):
     from test_rejection import chi2_z
+
     from trtspec.runtime import rejection
 
     monkeypatch.setattr(rejection, "residual", lambda p, q: p)
@@ -234,6 +235,7 @@ def test_sampled_end_to_end_check_catches_a_broken_residual(tiny_vocab, monkeypa
 def test_sampled_medusa_tree_is_lossless_end_to_end(tiny_vocab):
     """Tree of deterministic candidates (point masses, siblings tested against the running residual)."""
     from test_rejection import chi2_z
+
     from trtspec.methods.medusa import MedusaProposer
 
     family.save_medusa(tiny_vocab / "medusa", heads=2, hidden=16, vocab=8, seed=5, scale=1.0)

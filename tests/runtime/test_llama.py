@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from tests.runtime import family
-from tests.support import MODELS as DEMO_MODELS
-from tests.support import demo_ready
+from tests.support import MODELS as DEMO_MODELS, demo_ready
 from trtspec.errors import ModelError
 from trtspec.runtime.cache import chain_inputs, tree_inputs
 from trtspec.runtime.llama import Llama

@@ -10,8 +10,7 @@ from tests.runtime import family
 from trtspec.artifacts.hf import ModelConfig
 from trtspec.artifacts.weights import load_file, load_weights, open_weights
 from trtspec.errors import MemoryBudgetError, ModelError
-from trtspec.runtime import llama as L
-from trtspec.runtime import loaded, memory
+from trtspec.runtime import llama as L, loaded, memory
 from trtspec.runtime.quant import quantize_llama
 
 

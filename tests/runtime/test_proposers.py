@@ -13,9 +13,9 @@ from safetensors.torch import load_file
 
 from tests.runtime import family
 from tests.runtime.family import engine
+from trtspec.methods.ngram import NgramProposer
 from trtspec.runtime import SamplingParams
 from trtspec.runtime.proposer import tree_from_choices, trie
-from trtspec.methods.ngram import NgramProposer
 
 TREE = [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]
 

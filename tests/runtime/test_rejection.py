@@ -8,8 +8,7 @@ import math
 import pytest
 import torch
 
-from trtspec.runtime import rejection as R
-from trtspec.runtime import sampling as S
+from trtspec.runtime import rejection as R, sampling as S
 
 V = 8
 

@@ -8,7 +8,6 @@ import torch
 from trtspec.runtime import sampling as S
 from trtspec.runtime.sampling import SamplingParams, processed_probs
 
-
 # ------------------------------------------------------------------------------------------ processed probs
 
 def test_processed_probs_temperature_topk_topp_greedy():

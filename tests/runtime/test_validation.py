@@ -10,8 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from tests.runtime.family import VOCAB, engine
 from trtspec.errors import GenerationError

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from tests.support import MODELS, ROOT
-from trtspec.artifacts import heads as layouts
-from trtspec.artifacts import manifest
+from trtspec.artifacts import heads as layouts, manifest
 
 HEAD = MODELS / "smollm2-135m-instruct-eagle3"
 TARGET = MODELS / "smollm2-135m-instruct"
@@ -38,7 +37,7 @@ def test_shipped_head_is_a_small_fp16_eagle3_head_with_its_manifest():
 @pytest.mark.skipif(not (TARGET / "config.json").is_file(), reason="SmolLM2 not imported (make smollm2)")
 @pytest.mark.parametrize("name", ["eagle3.toml", "eagle3-tree.toml"])
 def test_shipped_specs_check_against_smollm2(name):
-    from trtspec.methods import check_pair
     from trtspec.check import load_spec
+    from trtspec.methods import check_pair
 
     assert check_pair(load_spec(ROOT / "examples" / "smollm2" / name)).problems == []

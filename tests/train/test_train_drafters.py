@@ -13,11 +13,10 @@ import torch
 from click.testing import CliRunner
 
 from tests.train.eagle3_support import save_target4, write_prompts
-from trtspec.artifacts import heads as layouts
-from trtspec.artifacts import manifest
+from trtspec import methods
+from trtspec.artifacts import heads as layouts, manifest
 from trtspec.artifacts.hf import ModelConfig
 from trtspec.artifacts.weights import load_file
-from trtspec import methods
 from trtspec.train import drafters
 from trtspec.train.features import make_hidden
 from trtspec.train.recipe import silent
@@ -245,8 +244,8 @@ def test_cli_verbs_train_with_a_budget(tiny, tmp_path, kind):
 def test_check_rejects_a_trained_drafter_for_another_target(tiny, tmp_path, kind, where, what):
     """A drafter trained for the tiny target, paired with a target of another width (or vocabulary): `check`
     names the mismatch before any build."""
-    from trtspec.methods import check_pair
     from trtspec.check import spec_from_dict
+    from trtspec.methods import check_pair
 
     root, _, _, _ = tiny
     other = save_target4(tmp_path / "other", **({"hidden_size": 32} if what == "hidden" else {"vocab_size": 80}))

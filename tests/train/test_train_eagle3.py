@@ -12,17 +12,16 @@ from click.testing import CliRunner
 
 from tests.support import ROOT
 from tests.train.eagle3_support import save_target4, write_prompts, write_spec
-from trtspec.artifacts import heads as layouts
-from trtspec.artifacts import manifest
+from trtspec import methods
+from trtspec.artifacts import heads as layouts, manifest
 from trtspec.artifacts.hf import ModelConfig
 from trtspec.artifacts.weights import load_weights
 from trtspec.errors import SpecError
-from trtspec import methods
 from trtspec.train import drafters, prompts
+from trtspec.train.eagle3_head import Eagle3Head, reference_chain
 from trtspec.train.features import draft_vocabulary
 from trtspec.train.kinds import head_config
 from trtspec.train.samples import make_data
-from trtspec.train.eagle3_head import Eagle3Head, reference_chain
 
 torch.set_num_threads(1)
 QUICK = dict(samples=12, max_new_tokens=16, gen_batch=4, draft_vocab=40, topk=8, steps=4, warmup=2, ttt_steps=3,

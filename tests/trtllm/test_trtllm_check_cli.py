@@ -6,9 +6,9 @@ import shutil
 
 from click.testing import CliRunner
 
+from tests.support import MODELS, needs_demo_models
 from trtspec.backends import build
 from trtspec.cli import main
-from tests.support import MODELS, needs_demo_models
 
 
 @needs_demo_models

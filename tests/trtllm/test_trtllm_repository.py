@@ -10,16 +10,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trtspec.backends import launch_command, launch_script_command
-from trtspec.backends import build
+from trtspec.backends import build, launch_command, launch_script_command
 from trtspec.backends.trtllm_engine_methods import engine_method
+from trtspec.backends.trtllm_llmapi_methods import llm_args, ngram_config, speculative_config
 from trtspec.builders.trtllm import memory
 from trtspec.convert import params
 from trtspec.errors import RepositoryError
 from trtspec.repository import pbtxt
-from trtspec.repository.trtllm import (OMITTED_PARAMETERS, install_upstream_files, missing_files, relocate_repository,
-                                       render_engine_repository, render_llmapi_repository)
-from trtspec.backends.trtllm_llmapi_methods import llm_args, ngram_config, speculative_config
+from trtspec.repository.trtllm import (
+    OMITTED_PARAMETERS,
+    install_upstream_files,
+    missing_files,
+    relocate_repository,
+    render_engine_repository,
+    render_llmapi_repository,
+)
 
 # Every ${...} key of the upstream tensorrt_llm/config.pbtxt template (reference §3.3), with the
 # parameter key it fills (some template variables fill differently named keys).

@@ -18,7 +18,6 @@ from tests.trtllm import fixtures as fx
 from tests.trtllm.conftest import spec_text
 from trtspec.cli import main
 
-
 # ------------------------------------------------------------------ finding 3: EAGLE fc has a bias upstream
 
 
@@ -133,8 +132,8 @@ def test_float32_is_refused_with_the_fix(make_spec, kind):
 def test_runtime_trtllm_dtype_is_what_tensorrt_llm_builds_and_serves(make_spec, workdir):
     """A spec keeps float32 for the torch runtime and says float16 for TensorRT-LLM (the demo specs do)."""
     from trtspec.backends.trtllm_engine_methods import engine_method
-    from trtspec.builders.trtllm.plan import make_plan
     from trtspec.backends.trtllm_llmapi_methods import llm_args
+    from trtspec.builders.trtllm.plan import make_plan
     from trtspec.repository.trtllm.llmapi import model_yaml
 
     spec = make_spec("draft-model", dtype="float32", trtllm='dtype = "bfloat16"\n')
@@ -147,9 +146,9 @@ def test_runtime_trtllm_dtype_is_what_tensorrt_llm_builds_and_serves(make_spec, 
 
 @pytest.mark.parametrize("method", ["draft-model", "medusa", "eagle", "lookahead"])
 def test_the_demo_specs_are_valid_for_both_tensorrt_llm_runtimes(method):
+    from trtspec.check import load_spec
     from trtspec.cli.options import with_runtime
     from trtspec.errors import SpecError
-    from trtspec.check import load_spec
 
     spec = load_spec(DEMO / f"{method}.toml")
     assert spec.model.dtype == "float32"  # the torch runtime's demo stays exact

@@ -127,7 +127,7 @@ def medusa_num_heads(heads_dir: Path, error: Error = ModelError) -> int:
 def medusa_keys(num_heads: int, num_layers: int) -> list[str]:
     """Every tensor name of the layout, head by head."""
     return [k for h in range(num_heads) for k in
-            [f"{h}.{l}.linear.{p}" for l in range(num_layers) for p in ("weight", "bias")]
+            [f"{h}.{j}.linear.{p}" for j in range(num_layers) for p in ("weight", "bias")]
             + [f"{h}.{num_layers}.weight"]]
 
 

@@ -16,8 +16,7 @@ import re
 from pathlib import Path
 from typing import Any, Protocol
 
-from trtspec.artifacts import heads as layouts
-from trtspec.artifacts import tokenizer
+from trtspec.artifacts import heads as layouts, tokenizer
 from trtspec.artifacts.fs import read_json_object
 from trtspec.artifacts.hf import CONFIG, DECODER_ARCHITECTURES, ModelConfig, summary
 from trtspec.artifacts.weights import weight_shapes

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtspec.backends.base import Backend, Capabilities
-from trtspec.backends.trtllm_versions import LlmapiSpelling, llmapi_spelling
 from trtspec.backends.torch import TorchBackend
 from trtspec.backends.trtllm_engine import TrtllmEngineBackend
 from trtspec.backends.trtllm_llmapi import TrtllmLlmapiBackend
+from trtspec.backends.trtllm_versions import LlmapiSpelling, llmapi_spelling
 from trtspec.errors import SpecError
 from trtspec.spec import Spec
 

@@ -31,7 +31,7 @@ from trtspec.spec import Problem, Spec
 
 if TYPE_CHECKING:
     from trtspec.builders import BuildOptions, BuildResult
-    from trtspec.serve import Server, ServeOptions
+    from trtspec.serve import ServeOptions, Server
     from trtspec.serve.deploy import DeployResult
 
 DEVICE_NAMES = {"cpu": "CPU", "cuda": "CUDA"}

@@ -31,8 +31,7 @@ from trtspec.artifacts.hf import ModelConfig
 from trtspec.backends.base import dropped_notes
 from trtspec.builders.trtllm.memory import HeadSizes, kv_per_token, layer_params, per_rank_layer
 from trtspec.builders.trtllm.method import DRAFT, TARGET, EngineMethod
-from trtspec.convert import trtllm_heads as head_layouts
-from trtspec.convert import params
+from trtspec.convert import params, trtllm_heads as head_layouts
 from trtspec.convert.checkpoint import LLAMA, ConvertJob
 from trtspec.errors import BuildError, ConvertError
 from trtspec.methods import draft_model, eagle, lookahead, medusa, ngram, none, suffix

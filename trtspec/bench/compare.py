@@ -9,7 +9,6 @@ and whether greedy outputs were identical (they must be: speculation is lossless
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 from typing import Any, Callable
 

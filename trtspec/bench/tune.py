@@ -18,8 +18,8 @@ import tomllib
 from pathlib import Path
 
 from trtspec.bench.load import Grid
-from trtspec.errors import SpecError
 from trtspec.check import spec_from_dict
+from trtspec.errors import SpecError
 from trtspec.spec import Spec
 
 

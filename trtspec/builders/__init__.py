@@ -14,6 +14,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+
 @dataclasses.dataclass(frozen=True)
 class BuildOptions:
     out_engines: Path = Path("engines")

@@ -7,8 +7,17 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.artifacts import fs, manifest
-from trtspec.artifacts.fs import (atomic_dir, digest, file_digests, remove_stale, sha256_file, swap_in,  # noqa: F401
-                                  temp_dir, tool_versions, write_json)
+from trtspec.artifacts.fs import (  # noqa: F401
+    atomic_dir,
+    digest,
+    file_digests,
+    remove_stale,
+    sha256_file,
+    swap_in,
+    temp_dir,
+    tool_versions,
+    write_json,
+)
 
 LOCK_NAME = manifest.FILE_NAMES[manifest.LOCK]
 LOCK_FORMAT = 2  # 1: before the common manifest shape (such locks no longer match and are rebuilt)

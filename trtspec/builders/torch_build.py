@@ -25,8 +25,19 @@ from typing import Any
 from trtspec.artifacts.pair import check_pair
 from trtspec.artifacts.weights import load_file
 from trtspec.builders import BuildOptions, BuildResult
-from trtspec.builders.lock import (LOCK_FORMAT, LOCK_NAME, atomic_dir, digest, hash_tree, new_lock, read_lock,
-                                   sha256_file, tool_versions, tree_changes, write_json)
+from trtspec.builders.lock import (
+    LOCK_FORMAT,
+    LOCK_NAME,
+    atomic_dir,
+    digest,
+    hash_tree,
+    new_lock,
+    read_lock,
+    sha256_file,
+    tool_versions,
+    tree_changes,
+    write_json,
+)
 from trtspec.errors import BuildError, PairError, SpecError
 from trtspec.methods.base import Method
 from trtspec.names import child

@@ -30,8 +30,8 @@ def build(config, out_engines, out_repo, runtime, dry_run, force, trtllm_build, 
     unchanged inputs whose outputs still match the lock's hashes does nothing and says so;
     otherwise it says why it rebuilds (e.g. `rebuilding: engines/<name>/target/model.safetensors changed`).
     """
-    from trtspec.builders import BuildOptions
     from trtspec.backends import build as run_build
+    from trtspec.builders import BuildOptions
     from trtspec.check import load_spec
 
     spec = with_runtime(load_spec(config), runtime)

@@ -30,8 +30,8 @@ def vllm(config, host, port, as_json) -> None:
     Example:
       trtspec export vllm -c examples/demo/draft-model.toml
     """
-    from trtspec.export import vllm as vl
     from trtspec.check import load_spec
+    from trtspec.export import vllm as vl
 
     out = vl.export(load_spec(config), host, port)
     if as_json:
@@ -69,8 +69,8 @@ def k8s(config, image, namespace, replicas, max_replicas, queue_target_us, shm, 
     """
     import yaml
 
-    from trtspec.export import k8s as kube
     from trtspec.check import load_spec
+    from trtspec.export import k8s as kube
 
     if adapter_rule:
         click.echo(yaml.safe_dump({"rules": {"custom": [kube.ADAPTER_RULE]}}, sort_keys=False), nl=False)

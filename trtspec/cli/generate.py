@@ -115,8 +115,8 @@ def _echo_after_prompt(prompt: str):
 def _local(config, text, max_tokens, temperature, top_k, top_p, seed, k, stop, on_text, messages=None,
            task=None) -> dict:
     from trtspec import methods
-    from trtspec.runtime import SamplingParams
     from trtspec.check import load_spec
+    from trtspec.runtime import SamplingParams
 
     engine = methods.engine(load_spec(config))
     params = SamplingParams(max_new_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,

@@ -69,8 +69,14 @@ def import_(src: Path, out: Path, dtype: str, force: bool, as_json: bool) -> Non
 
 def _progress_reporter(console):
     """A Reporter drawing one rich progress bar per phase (plain log lines when not a terminal)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     progress = Progress(
         TextColumn("[bold]{task.fields[phase]:<8}"), BarColumn(), MofNCompleteColumn(),

@@ -75,10 +75,10 @@ def serve(config, grpc_port, http_port, metrics_port, host, admin_key, open_mode
     mpirun (world size = tensor x pipeline parallel) in the foreground. --print-command shows it.
     """
     from trtspec import backends
-    from trtspec.serve import ServeOptions
-    from trtspec.serve.bundled import endpoint_lines, public
     from trtspec.check import load_spec
+    from trtspec.serve import ServeOptions
     from trtspec.serve.access import GrpcTls, check_admin_key
+    from trtspec.serve.bundled import endpoint_lines, public
     from trtspec.serve.endpoints import check_host
 
     spec = with_runtime(load_spec(config), runtime)

@@ -118,10 +118,10 @@ def _run(kind: str, o: dict, **own) -> None:
     import torch
     from rich.console import Console
 
-    from trtspec.artifacts import manifest
-    from trtspec.errors import UsageError
-    from trtspec.check import load_spec
     from trtspec import methods
+    from trtspec.artifacts import manifest
+    from trtspec.check import load_spec
+    from trtspec.errors import UsageError
     from trtspec.train import drafters
 
     if o["steps"] is None and o["minutes"] is None and o["until"] is None:
@@ -170,8 +170,14 @@ def _run(kind: str, o: dict, **own) -> None:
 def _reporter(console):
     """One rich progress bar per stage (data, features, train, measure); plain log lines when not a terminal.
     A --minutes run learns its step count after its first steps (total 0 until then)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     progress = Progress(TextColumn("[bold]{task.fields[phase]:<8}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console)

@@ -46,8 +46,8 @@ def tune(config, local, url, model, prompts_file, concurrency, ks, num_prompts, 
     from rich.console import Console
 
     from trtspec.bench import load, tune as tuning
-    from trtspec.cli.bench import _metrics_url, _prompts, _write_json, grid_table
     from trtspec.check import load_spec
+    from trtspec.cli.bench import _metrics_url, _prompts, _write_json, grid_table
 
     console = Console(stderr=True)
     spec = load_spec(config)

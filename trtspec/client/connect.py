@@ -146,8 +146,8 @@ def resolve_url(url: str | None, config: str | None = None) -> str:
     if url:
         scheme, hostport = parse_url(url)
         return f"{scheme}://{hostport}" if scheme else hostport
-    from trtspec.state import read_state, state_path
     from trtspec.spec import load_spec
+    from trtspec.state import read_state, state_path
 
     spec = load_spec(config or "trtspec.toml")
     state = read_state(state_path(spec.name))

@@ -16,8 +16,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from trtspec.client.connect import GrpcOptions, connection_error, error_text, grpc_client
-from trtspec.client.connect import normalize_url  # noqa: F401  (serve/deploy/preflight.py imports it from here)
+from trtspec.client.connect import (
+    GrpcOptions,
+    connection_error,
+    error_text,
+    grpc_client,
+    normalize_url,  # noqa: F401  (serve/deploy/preflight.py imports it from here)
+)
 from trtspec.errors import ClientError
 from trtspec.runtime.stats import tokens_per_step
 

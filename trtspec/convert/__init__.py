@@ -26,8 +26,17 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from trtspec.convert.checkpoint import (MANIFEST, ConvertedCheckpoint, ConvertJob, Reassembled,
-                                        hf_config_from_trtllm, is_fresh, read_checkpoint, read_manifest, run_job)
+from trtspec.convert.checkpoint import (
+    MANIFEST,
+    ConvertedCheckpoint,
+    ConvertJob,
+    Reassembled,
+    hf_config_from_trtllm,
+    is_fresh,
+    read_checkpoint,
+    read_manifest,
+    run_job,
+)
 from trtspec.convert.hf import SUPPORTED_ARCHITECTURES, TRTLLM_ARCHITECTURES
 from trtspec.spec import Spec
 

@@ -23,8 +23,8 @@ from trtspec.artifacts.fs import atomic_dir, content_only, digest, file_digests,
 from trtspec.artifacts.hf import CONFIG, ModelConfig
 from trtspec.artifacts.weights import MODEL_WEIGHTS, load_file, load_weights, save_weights, weight_files
 from trtspec.convert import hf
-from trtspec.convert.trtllm_heads import layout
 from trtspec.convert.mapping import Mapping
+from trtspec.convert.trtllm_heads import layout
 from trtspec.errors import ConvertError
 
 if TYPE_CHECKING:

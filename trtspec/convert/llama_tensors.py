@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from trtspec.convert import sharding as sh
 from trtspec.artifacts.hf import ModelConfig
+from trtspec.convert import sharding as sh
 from trtspec.convert.hf import need, rope_scaling
 from trtspec.errors import ConvertError
 
@@ -188,11 +188,11 @@ def medusa_rank_weights(heads: Tensors, shape: ModelConfig, mapping: sh.Mapping,
     tp, H, V = mapping.tp_size, shape.hidden_size, shape.vocab_size
     out: Tensors = {}
     for h in range(num_heads):
-        for l in range(num_layers):
-            w = need(heads, f"{h}.{l}.linear.weight", where, (H, H))
-            out[f"medusa_heads.{h}.medusa_layers.{l}.linear.weight"] = _cast(sh.split(w, tp, tp_rank), dtype)
-            b = need(heads, f"{h}.{l}.linear.bias", where, (H,))
-            out[f"medusa_heads.{h}.medusa_layers.{l}.linear.bias"] = _cast(sh.split(b, tp, tp_rank), dtype)
+        for j in range(num_layers):
+            w = need(heads, f"{h}.{j}.linear.weight", where, (H, H))
+            out[f"medusa_heads.{h}.medusa_layers.{j}.linear.weight"] = _cast(sh.split(w, tp, tp_rank), dtype)
+            b = need(heads, f"{h}.{j}.linear.bias", where, (H,))
+            out[f"medusa_heads.{h}.medusa_layers.{j}.linear.bias"] = _cast(sh.split(b, tp, tp_rank), dtype)
         lm = need(heads, f"{h}.{num_layers}.weight", where, (V, H))
         out[f"medusa_heads.{h}.lm_head.weight"] = _cast(sh.split_vocab(lm, tp, tp_rank), dtype)
     return out
@@ -283,10 +283,10 @@ def medusa_from_ranks(ranks: dict[int, Tensors], config: dict[str, Any], mapping
     out: Tensors = {}
     L = config["num_medusa_layers"]
     for h in range(config["num_medusa_heads"]):
-        for l in range(L):
-            base = f"medusa_heads.{h}.medusa_layers.{l}.linear."
-            out[f"{h}.{l}.linear.weight"] = sh.merge([p[base + "weight"] for p in last])
-            out[f"{h}.{l}.linear.bias"] = sh.merge([p[base + "bias"] for p in last])
+        for j in range(L):
+            base = f"medusa_heads.{h}.medusa_layers.{j}.linear."
+            out[f"{h}.{j}.linear.weight"] = sh.merge([p[base + "weight"] for p in last])
+            out[f"{h}.{j}.linear.bias"] = sh.merge([p[base + "bias"] for p in last])
         out[f"{h}.{L}.weight"] = sh.merge_vocab([p[f"medusa_heads.{h}.lm_head.weight"] for p in last],
                                                 config["vocab_size"])
     return out

@@ -27,7 +27,6 @@ from typing import Any
 
 from trtspec import backends
 from trtspec.errors import RepositoryError
-
 from trtspec.spec import Spec
 
 ROOT = "/opt/trtspec"

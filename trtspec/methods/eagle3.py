@@ -17,8 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trtspec.artifacts import heads as layouts
-from trtspec.artifacts import manifest, tokenizer
+from trtspec.artifacts import heads as layouts, manifest, tokenizer
 from trtspec.artifacts.hf import CONFIG
 from trtspec.artifacts.weights import weight_shapes
 from trtspec.errors import ModelError

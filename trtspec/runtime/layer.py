@@ -12,6 +12,7 @@ from trtspec.errors import ModelError
 from trtspec.runtime.architectures import architecture
 from trtspec.runtime.linear import Linear
 
+
 @dataclasses.dataclass
 class LayerWeights:
     attn_norm: torch.Tensor | None  # None: no input norm (EAGLE's layer)

@@ -41,10 +41,21 @@ from trtspec.artifacts.hf import ModelConfig
 from trtspec.artifacts.weights import open_weights
 from trtspec.errors import ModelError
 from trtspec.runtime.architectures import architecture
-from trtspec.runtime.attention import (EXACT_MAX_ROWS, _attend_one, _writer, apply_rope, exact_keys, layer_masks,
-                                       rope_tables)
-from trtspec.runtime.dtypes import compute_dtype, storage_dtype, target_weight_dtype
-from trtspec.runtime.dtypes import draft_dtype as draft_dtype  # re-exported: the drafters' import
+from trtspec.runtime.attention import (
+    EXACT_MAX_ROWS,
+    _attend_one,
+    _writer,
+    apply_rope,
+    exact_keys,
+    layer_masks,
+    rope_tables,
+)
+from trtspec.runtime.dtypes import (
+    compute_dtype,
+    draft_dtype as draft_dtype,  # re-exported: the drafters' import
+    storage_dtype,
+    target_weight_dtype,
+)
 from trtspec.runtime.layer import LayerWeights, layer_from_hf
 from trtspec.runtime.linear import ONEDNN_SINGLE_ROW_BYTES, Linear
 

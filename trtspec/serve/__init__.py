@@ -25,10 +25,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from trtspec.repository.server_flags import LOOPBACK
-from trtspec.serve.background import (admin_key_for, repository_dir, running_state, server_for_spec,
-                                      start_background, stop_background)
-from trtspec.serve.control import ModelControl, load_models, unload_models
 from trtspec.serve.access import GrpcTls
+from trtspec.serve.background import (
+    admin_key_for,
+    repository_dir,
+    running_state,
+    server_for_spec,
+    start_background,
+    stop_background,
+)
+from trtspec.serve.control import ModelControl, load_models, unload_models
 from trtspec.serve.endpoints import Endpoints, free_port
 from trtspec.serve.install import find_triton
 from trtspec.serve.processes import remove_shm

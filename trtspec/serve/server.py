@@ -43,8 +43,12 @@ from trtspec.serve.control import ModelControl
 from trtspec.serve.drain import drain_server
 from trtspec.serve.endpoints import Endpoints, check_host, connect_host, free_port, port_in_use
 from trtspec.serve.install import find_triton, prepare_backends, server_env
-from trtspec.serve.processes import clean_leftovers, proc_start_time, stop_pid
-from trtspec.serve.processes import pid_alive  # noqa: F401  (serve/deploy/preflight.py imports it from here)
+from trtspec.serve.processes import (
+    clean_leftovers,
+    pid_alive,  # noqa: F401  (serve/deploy/preflight.py imports it from here)
+    proc_start_time,
+    stop_pid,
+)
 
 
 def _tail(path: Path | None, lines: int = 40) -> str:

@@ -13,6 +13,7 @@ from trtspec.errors import TrtspecError
 from trtspec.names import RESERVED_MODEL_NAMES
 from trtspec.spec.schema import SCHEMA_VERSION, Spec
 
+
 @dataclasses.dataclass(frozen=True)
 class Problem:
     key: str

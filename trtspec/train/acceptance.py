@@ -84,8 +84,8 @@ def measure_family(root: Path, prompts: list[list[int]], n_new: int, plans: dict
     (`where[method]`: its spec keys of the family's dirs) and fixed K: τ = new tokens / target forwards
     (prefill counted), acc = accepted / drafted, and how many outputs equal the runtime's plain decoding
     (they all must)."""
-    from trtspec.artifacts.tokenizer import load_tokenizer
     from trtspec import methods
+    from trtspec.artifacts.tokenizer import load_tokenizer
     from trtspec.runtime import SamplingParams
     from trtspec.spec import spec_from_dict
 

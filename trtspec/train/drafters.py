@@ -53,8 +53,7 @@ from typing import Any
 
 import torch
 
-from trtspec.artifacts import heads as layouts
-from trtspec.artifacts import manifest
+from trtspec.artifacts import heads as layouts, manifest
 from trtspec.artifacts.fs import atomic_dir, digest
 from trtspec.artifacts.hf import ModelConfig
 from trtspec.errors import ModelError, SpecError

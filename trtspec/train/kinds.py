@@ -22,8 +22,8 @@ from trtspec.artifacts.hf import ModelConfig
 from trtspec.artifacts.weights import load_weights
 from trtspec.errors import ModelError
 from trtspec.train.eagle3_head import Eagle3Head, ttt_loss
-from trtspec.train.losses import draft_loss, eagle1_loss, medusa_loss
 from trtspec.train.loop import Loss
+from trtspec.train.losses import draft_loss, eagle1_loss, medusa_loss
 from trtspec.train.recipe import TrainConfig
 from trtspec.train.writers import write_draft_model, write_eagle1, write_eagle3_head, write_medusa_heads
 

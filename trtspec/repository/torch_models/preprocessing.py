@@ -28,7 +28,6 @@ import triton_python_backend_utils as pb_utils
 from trtspec.artifacts.tokenizer import chat_messages, render_chat
 from trtspec.repository import serving, textio
 
-
 _input = functools.partial(serving.input_array, pb_utils)  # (request, name) -> numpy array or None
 
 

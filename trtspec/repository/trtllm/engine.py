@@ -29,7 +29,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from trtspec.errors import RepositoryError
 from trtspec.repository import pbtxt
 from trtspec.repository.trtllm import io
-from trtspec.repository.trtllm.common import (CONTAINER_MODELS, add_rows, cpu_instances, dynamic_batching, render)
+from trtspec.repository.trtllm.common import CONTAINER_MODELS, add_rows, cpu_instances, dynamic_batching, render
 from trtspec.spec import Spec
 
 if TYPE_CHECKING:  # (the builders pass the memory plan and the method's row in: a repository does not reach up)

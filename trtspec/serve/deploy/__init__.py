@@ -46,9 +46,18 @@ of DIR; `tidy`), `preflight`, `staging` (stage dir and file swaps), `loading` (m
 """
 
 from trtspec.serve.control import REVISION_PARAM
-from trtspec.serve.deploy.layout import (CANDIDATE_SUFFIX, ENGINES_SUBDIR, KEEP_BACKUPS, LEGACY_BACKUP_PREFIX,
-                                         LEGACY_LOCK_FILE, LEGACY_STAGE_PREFIX, STATE_SUFFIX, Layout, candidate_name,
-                                         server_layout)
+from trtspec.serve.deploy.layout import (
+                                         CANDIDATE_SUFFIX,
+                                         ENGINES_SUBDIR,
+                                         KEEP_BACKUPS,
+                                         LEGACY_BACKUP_PREFIX,
+                                         LEGACY_LOCK_FILE,
+                                         LEGACY_STAGE_PREFIX,
+                                         STATE_SUFFIX,
+                                         Layout,
+                                         candidate_name,
+                                         server_layout,
+)
 from trtspec.serve.deploy.migrate import migrate, migration_note, tidy
 from trtspec.serve.deploy.orchestrate import DeployResult, deploy_spec
 from trtspec.serve.deploy.preflight import resolve_grpc_url

@@ -14,8 +14,18 @@ import os
 from pathlib import Path
 
 from trtspec.errors import DeployError, RepositoryError
-from trtspec.serve.deploy.layout import (CANDIDATE_SUFFIX, ENGINES_SUBDIR, LEGACY_BACKUP_PREFIX, LEGACY_LOCK_FILE,
-                                         LEGACY_STAGE_PREFIX, Layout, _deploy_lock, _remove, prepare, server_layout)
+from trtspec.serve.deploy.layout import (
+    CANDIDATE_SUFFIX,
+    ENGINES_SUBDIR,
+    LEGACY_BACKUP_PREFIX,
+    LEGACY_LOCK_FILE,
+    LEGACY_STAGE_PREFIX,
+    Layout,
+    _deploy_lock,
+    _remove,
+    prepare,
+    server_layout,
+)
 
 
 def migrate(layout: Layout, *, candidates: bool = False) -> list[str]:

@@ -13,10 +13,18 @@ from typing import Any
 from trtspec.artifacts.fs import digest, sha256_file
 from trtspec.errors import DeployError, TrtspecError
 from trtspec.serve.control import ModelControl
-from trtspec.serve.deploy.layout import (KEEP_BACKUPS, Layout, _deploy_lock, _remove, _stamp, candidate_name, prepare,
-                                         server_layout)
-from trtspec.serve.deploy.migrate import migrate, migration_note
+from trtspec.serve.deploy.layout import (
+    KEEP_BACKUPS,
+    Layout,
+    _deploy_lock,
+    _remove,
+    _stamp,
+    candidate_name,
+    prepare,
+    server_layout,
+)
 from trtspec.serve.deploy.loading import _clear_candidates, _load, _message, _reload, _revision, _StepFailed, _unload
+from trtspec.serve.deploy.migrate import migrate, migration_note
 from trtspec.serve.deploy.preflight import _check_server, _find_build, _http_url, resolve_grpc_url
 from trtspec.serve.deploy.records import prune_backups, write_record
 from trtspec.serve.deploy.smoke import DEFAULT_SMOKE_PROMPT, SmokeResult, smoke_test

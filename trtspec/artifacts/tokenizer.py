@@ -73,8 +73,10 @@ def difference(tok_dir: Path, ref_dir: Path, ref_name: str = "the target's") -> 
     if va != vb:
         if len(va) != len(vb):
             return f"its vocabulary has {len(va)} entries, {ref_name} {len(vb)}"
-        token = next((k for k in va if vb.get(k) != va[k]), None)
-        return f"its vocabulary differs (token {token!r} is id {va.get(token)}, {ref_name} {vb.get(token)})"
+        token = next(k for k in va if vb.get(k) != va[k])
+        if token not in vb:
+            return f"its vocabulary differs (its token {token!r}, id {va[token]}, is not in {ref_name})"
+        return f"its vocabulary differs (token {token!r} is id {va[token]}, in {ref_name} id {vb[token]})"
     if a["merges"] != b["merges"]:
         return "its merges differ"
     sa, sb = dict(a["added"]), dict(b["added"])

@@ -209,31 +209,35 @@ def _served(row: str, prompts: dict[str, list[str]], new: int) -> dict:
 
 
 def _llamacpp(row: str, prompts: dict[str, list[str]], new: int) -> dict:
-    """llama.cpp's server in-process (xllamacpp) on the same GGUF files, chat completions over its HTTP API."""
-    import urllib.request
-
+    """llama.cpp's server in-process (the `xllamacpp` wheel) on the same GGUF files: its chat completions, greedy
+    (top-k 1); with the 0.5B draft at a constant K (`-md`, --draft-min = --draft-max = K, no p-min cut-off)."""
     import xllamacpp as xlc
 
     params = xlc.CommonParams()
     params.model.path = str(GGUF["target"])
+    params.cpuparams.n_threads = params.cpuparams_batch.n_threads = torch_threads()
+    params.n_ctx, params.n_parallel, params.sampling.top_k = 4096, 1, 1
     if row == "llamacpp-draft":
-        params.speculative.model.path = str(GGUF["draft"])
-        params.speculative.n_max, params.speculative.n_min = K, K
-    params.n_predict, params.cpuparams.n_threads = new, torch_threads()
+        params.speculative.types = [xlc.common_speculative_type.COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE]
+        draft = params.speculative.draft
+        draft.mparams.path = str(GGUF["draft"])
+        draft.n_max, draft.n_min, draft.p_min = K, K, 0.0
+        draft.cpuparams.n_threads = draft.cpuparams_batch.n_threads = torch_threads()
     server = xlc.Server(params)
-    url = server.listening_address + "/v1/chat/completions"
     out = {}
     for name, ps in prompts.items():
         m = out[name] = _totals()
         for p in ps:
-            body = json.dumps({"messages": [{"role": "user", "content": p}], "max_tokens": new, "temperature": 0,
-                               "top_k": 1}).encode()
             t = time.perf_counter()
-            with urllib.request.urlopen(urllib.request.Request(url, body, {"Content-Type": "application/json"})) as f:
-                r = json.loads(f.read())
+            r = server.handle_chat_completions({"messages": [{"role": "user", "content": p}], "max_tokens": new,
+                                                "temperature": 0.0, "top_k": 1})
             m["seconds"] += time.perf_counter() - t
             m["texts"].append(r["choices"][0]["message"]["content"])
             m["tokens"] += r["usage"]["completion_tokens"]
+            timings = r.get("timings") or {}
+            m["drafted"] += int(timings.get("draft_n", 0))
+            m["accepted"] += int(timings.get("draft_n_accepted", 0))
+    del server
     return out
 
 

@@ -334,9 +334,13 @@ def main() -> None:
     ctx = multiprocessing.get_context("spawn")
     for row in rows:
         t = time.perf_counter()
-        with ctx.Pool(1) as pool:
-            results[row] = pool.apply(run_row, (row, prompts, args.new, args.threads))
-        print(f"  {row}: {time.perf_counter() - t:.0f} s", flush=True)
+        try:
+            with ctx.Pool(1) as pool:
+                results[row] = pool.apply(run_row, (row, prompts, args.new, args.threads))
+        except Exception as exc:  # one row's failure (a missing wheel, a server that did not start) is reported
+            print(f"  {row}: failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", flush=True)
+            continue
+        print(f"  {row}: {time.perf_counter() - t:.0f} s, peak RSS {results[row]['peak_rss_gb']:.1f} GB", flush=True)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     show(results, sets, args)
     if args.json:

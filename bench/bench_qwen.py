@@ -48,9 +48,10 @@ sys.path.insert(0, str(REPO))
 
 from bench._common import jsonl_prompts
 
-QWEN = REPO / "examples" / "qwen"
-TARGET = REPO / "examples" / "models" / "qwen2.5-coder-1.5b-instruct"
-DRAFT = REPO / "examples" / "models" / "qwen2.5-coder-0.5b-instruct"
+EXAMPLES = Path(os.environ.get("BENCH_QWEN_EXAMPLES", REPO / "examples"))  # --examples (the rows' processes read it)
+QWEN = EXAMPLES / "qwen"
+TARGET = EXAMPLES / "models" / "qwen2.5-coder-1.5b-instruct"
+DRAFT = EXAMPLES / "models" / "qwen2.5-coder-0.5b-instruct"
 GGUF = {"target": REPO / ".cache/qwen/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
         "draft": REPO / ".cache/qwen/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"}
 SETS = ("code", "edit", "chat")
@@ -112,7 +113,7 @@ def _trtspec(row: str, prompts: dict[str, list[str]], new: int) -> dict:
     from trtspec.runtime import SamplingParams
 
     engine = methods.engine(_spec(row))
-    live: dict = {}
+    live = _totals()  # the warm-up's steps land here and are dropped
 
     def observe(step) -> None:  # per-position acceptance, summed over the steps of the current set
         pp = live["per_position"]
@@ -317,7 +318,14 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=128, help="most new tokens per request")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path, help="also write the raw totals here")
+    ap.add_argument("--examples", type=Path, help="a dir with qwen/ (specs, prompt sets) and models/ in place of "
+                    "examples/ (e.g. a tiny pair to try the script)")
     args = ap.parse_args()
+    if args.examples:
+        os.environ["BENCH_QWEN_EXAMPLES"] = str(args.examples.resolve())
+        global QWEN, TARGET, DRAFT
+        QWEN, TARGET, DRAFT = (args.examples.resolve() / p for p in (
+            "qwen", "models/qwen2.5-coder-1.5b-instruct", "models/qwen2.5-coder-0.5b-instruct"))
     rows, sets = args.rows.split(","), args.sets.split(",")
     bad = [r for r in rows if r not in ROWS] + [s for s in sets if s not in SETS]
     if bad:

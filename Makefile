@@ -57,5 +57,9 @@ catalogue: install
 	$(BIN)/python -m tests.catalogue.render
 	$(BIN)/python -m pytest -q tests/catalogue
 
+# ruff (pyproject's [tool.ruff]: pycodestyle errors and warnings, pyflakes, import order; 120 columns).
+lint: install
+	$(BIN)/ruff check .
+
 clean:
 	rm -rf engines/demo-* model_repository/demo-* .trtspec

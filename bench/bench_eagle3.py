@@ -1,4 +1,4 @@
-"""SmolLM2-135M-Instruct with its EAGLE-3 head (issue 11's goals), batch 1, greedy, in one run.
+"""SmolLM2-135M-Instruct with its EAGLE-3 head, batch 1, greedy, in one run.
 
     .venv/bin/python bench/bench_eagle3.py [--prompts 8] [--new 128] [--threads 2] [--no-served]
                                            [--heads NAME=DIR ...]   # more heads side by side (EAGLE-1, Medusa)

@@ -1,4 +1,4 @@
-"""The closing figures of issue 14, in one run per part (each well under 10 minutes on 2 cores):
+"""The operate figures (bench grid, tune, deploy, routing), in one run per part (each well under 10 minutes on 2 cores):
 
     python bench/bench_operate.py grid     # demo draft-model served: concurrency x K, then tune, then the
                                            # tuned deployment served beside the original (same server)

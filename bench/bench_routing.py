@@ -1,4 +1,4 @@
-"""Per-request draft routing vs each single drafter, on one mixed prompt set, in one run (issue 14).
+"""Per-request draft routing vs each single drafter, on one mixed prompt set, in one run.
 
     .venv/bin/python bench/bench_routing.py [--spec examples/demo/routed.toml] [--prompts 8] [--new 64]
                                             [--batch 1] [--threads 2] [--json OUT]

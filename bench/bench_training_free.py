@@ -1,4 +1,4 @@
-"""The training-free drafters side by side (issue 12): plain vs ngram vs suffix vs lookahead, in one run.
+"""The training-free drafters side by side: plain vs ngram vs suffix vs lookahead, in one run.
 
     .venv/bin/python bench/bench_training_free.py [--family smollm2|demo|both] [--prompts 4] [--new 128]
                                                   [--threads 2] [--fixed]

@@ -133,7 +133,7 @@ def test_shipped_target_matches_the_trainers_llama():
     from transformers import AutoModelForCausalLM
 
     from trtspec.train.demo import FamilyConfig
-    from trtspec.train.heads import forward, llama
+    from trtspec.train.modules import forward, llama
 
     cfg = json.loads((FAMILY / "target" / "config.json").read_text())
     ours = llama(FamilyConfig().target).eval()

@@ -170,7 +170,7 @@ def test_the_trainers_eagle_head_is_what_the_runtime_computes(tmp_path):
     from trtspec.runtime.cache import chain_inputs
     from trtspec.runtime.llama import Llama
     from trtspec.train.writers import write_eagle1
-    from trtspec.train.heads import EagleHead, Shape
+    from trtspec.train.modules import EagleHead, Shape
 
     torch.manual_seed(0)
     shape = Shape(n_layer=1, dim=64, n_head=4, n_kv_head=2, ffn=128, vocab=50, max_pos=64)

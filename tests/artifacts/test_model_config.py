@@ -70,7 +70,7 @@ def test_bad_values_name_the_file_and_key_and_take_the_callers_error_class(tmp_p
 
 
 def test_round_trips_through_transformers_and_tensorrt_llm_spellings():
-    from trtspec.convert.llama import base_config
+    from trtspec.convert.llama_tensors import base_config
     from trtspec.convert.mapping import Mapping
 
     cfg = ModelConfig.from_dict({**BASE, "head_dim": 24, "tie_word_embeddings": True, "rms_norm_eps": 1e-5,

@@ -62,7 +62,7 @@ def toy():
 
 def _spec(k: int = 4, runtime: str = "torch", **extra) -> dict:
     gpu = {"type": "cpu"} if runtime == "torch" else {"type": "h100"}
-    dtype = "float32" if runtime == "torch" else "float16"  # TensorRT-LLM serves FP16/BF16 only (issue 13)
+    dtype = "float32" if runtime == "torch" else "float16"  # TensorRT-LLM serves FP16/BF16 only
     return {"schema": 1, "model": {"name": "toy", "target": str(MODELS / "target"), "dtype": dtype},
             "speculative": {"method": NAME, "num_draft_tokens": k, "adaptive": {"enabled": False}, **extra},
             "limits": {"max_batch_size": 2, "max_input_len": 64, "max_output_len": 24},

@@ -1,4 +1,4 @@
-"""The training-free drafters of issue 12: Jacobi lookahead decoding (lookahead), prompt lookup (ngram) and
+"""The training-free drafters: Jacobi lookahead decoding (lookahead), prompt lookup (ngram) and
 SuffixDecoding (suffix). Greedy identity and batching for each run in tests/runtime (test_engine's CASES,
 test_batch_mixes' METHODS); here: the Jacobi window against a from-scratch recomputation, the lookahead mask,
 lossless sampling through the lookahead step, the fallback that switches a branch off, the suffix trees, the

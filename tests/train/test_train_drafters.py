@@ -120,7 +120,7 @@ def test_the_features_pass_gives_the_heads_their_hidden_states_and_eagle3_captur
 def test_medusa_proposals_equal_the_training_module(tiny):
     from trtspec.methods.medusa import MedusaProposer
     from trtspec.runtime.llama import Llama
-    from trtspec.train.heads import VocabMedusa
+    from trtspec.train.modules import VocabMedusa
 
     root, target, cfg, _ = tiny
     tgt = Llama.from_dir(target)
@@ -148,7 +148,7 @@ def test_eagle_proposals_equal_the_training_module_run_from_scratch(tiny):
 
     from trtspec.methods.eagle import EagleProposer
     from trtspec.runtime.llama import Llama
-    from trtspec.train.heads import EagleHead
+    from trtspec.train.modules import EagleHead
 
     root, target, cfg, _ = tiny
     tgt = Llama.from_dir(target)

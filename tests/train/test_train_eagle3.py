@@ -22,7 +22,7 @@ from trtspec.train import drafters, prompts
 from trtspec.train.features import draft_vocabulary
 from trtspec.train.kinds import head_config
 from trtspec.train.samples import make_data
-from trtspec.train.eagle3 import Eagle3Head, reference_chain
+from trtspec.train.eagle3_head import Eagle3Head, reference_chain
 
 torch.set_num_threads(1)
 QUICK = dict(samples=12, max_new_tokens=16, gen_batch=4, draft_vocab=40, topk=8, steps=4, warmup=2, ttt_steps=3,

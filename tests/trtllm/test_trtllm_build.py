@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from tests.trtllm.conftest import FAKE, calls
 from trtspec.backends import build
-from trtspec.builders.trtllm.cache import check_engine_compat
+from trtspec.builders.trtllm.engine_cache import check_engine_compat
 from trtspec.backends.trtllm_engine_methods import engine_method
 from trtspec.builders.trtllm import memory
 from trtspec.builders.trtllm.memory import GPU_MEMORY

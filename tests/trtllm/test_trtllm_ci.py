@@ -13,7 +13,7 @@ from tests.support import ROOT
 from trtspec.backends import build
 from trtspec.backends.bundle import bundle
 from trtspec.backends.trtllm_engine_methods import engine_method
-from trtspec.builders.trtllm.cache import spec_engine_keys
+from trtspec.builders.trtllm.engine_cache import spec_engine_keys
 from trtspec.cli import main
 from trtspec.repository import pbtxt
 
@@ -37,6 +37,10 @@ def test_gitlab_ci_parses_and_has_the_three_stages():
     assert ci["engines"]["tags"] == ["gpu"] and ci["engines"]["needs"] == ["convert"]
     assert ci["convert"]["artifacts"]["reports"]["dotenv"] == "key.env"
     assert any("ENGINE_KEY" in line for line in ci["engines"]["script"])
+    # the image job: not named `image` (a reserved top-level keyword, tests/test_platform_validators.py)
+    assert "image" not in ci or isinstance(ci["image"], str)
+    assert ci["build-image"]["stage"] == "image" and ci["build-image"]["needs"] == ["convert", "engines"]
+    assert any(line.startswith("docker build -f ci/Dockerfile") for line in ci["build-image"]["script"])
 
 
 def test_dockerfile_and_smoke_script():

@@ -123,7 +123,7 @@ def test_cli_dry_run_on_the_demo_specs(method):
     by_role = {s["role"]: s for s in data["plan"]}
     for role, step in by_role.items():
         flags = step["argv"][step["argv"].index("--checkpoint_dir"):]
-        assert flags[4:] == EXPECTED[(method, role)]  # the demo's runtime.trtllm.dtype: float16 (issue 13)
+        assert flags[4:] == EXPECTED[(method, role)]  # the demo's runtime.trtllm.dtype: float16
         assert step["shell"].startswith("trtllm-build --checkpoint_dir ")
     text = CliRunner().invoke(main, ["build", "-c", str(DEMO / f"{method}.toml"), "--runtime", "trtllm-engine",
                                      "--dry-run"])

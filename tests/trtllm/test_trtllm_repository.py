@@ -220,7 +220,7 @@ def test_launch_commands(make_spec, workdir):
     script = launch_script_command(make_spec("draft-model"), "/models/x")
     assert "--multi-model" in script and "--world_size=1" in script
     llmapi = launch_command(make_spec("draft-model", name="api", kind="trtllm-llmapi"), "r")
-    # issue 13: under `mpirun -n 1`, as upstream's launch_triton_server.py runs the llmapi model (was: bare)
+    # under `mpirun -n 1`, as upstream's launch_triton_server.py runs the llmapi model (was: bare)
     assert llmapi[:5] == ["mpirun", "--allow-run-as-root", "-n", "1", "/opt/tritonserver/bin/tritonserver"]
 
 
@@ -260,7 +260,7 @@ def test_llmapi_repository(make_spec, workdir, tmp_path, build_opts):
     assert cfg.backend == "python" and cfg.max_batch_size == 0  # max_batch_size/decoupled: model.yaml and config
     data = yaml.safe_load(files["tensorrt_llm/1/model.yaml"])
     assert data["backend"] == "pytorch" and data["model"] == str((workdir / "target").resolve())
-    # spelled as TensorRT-LLM 1.2 parses it (trtspec/backends/trtllm_versions.py; issue 13)
+    # spelled as TensorRT-LLM 1.2 parses it (trtspec/backends/trtllm_versions.py)
     assert data["speculative_config"] == {"decoding_type": "DraftTarget", "max_draft_len": 4,
                                           "speculative_model_dir": str((workdir / "draft").resolve())}
     assert data["disable_overlap_scheduler"] is True
@@ -280,7 +280,7 @@ def test_llmapi_eagle_needs_an_eagle3_head(make_spec, workdir):
     cfg = json.loads((workdir / "eagle" / "config.json").read_text())
     cfg["architectures"] = ["LlamaForCausalLMEagle3"]
     (workdir / "eagle" / "config.json").write_text(json.dumps(cfg))
-    sc = speculative_config(spec)  # EAGLE-3 as TensorRT-LLM 1.2 spells it (issue 13)
+    sc = speculative_config(spec)  # EAGLE-3 as TensorRT-LLM 1.2 spells it
     assert {k: sc[k] for k in ("decoding_type", "eagle3_one_model", "max_draft_len", "speculative_model_dir")} == {
         "decoding_type": "Eagle", "eagle3_one_model": True, "max_draft_len": 4,
         "speculative_model_dir": str((workdir / "eagle").resolve())}
@@ -290,7 +290,7 @@ def test_llmapi_refuses_medusa_and_lookahead_and_maps_ngram(make_spec):
     spec = make_spec("medusa")  # a trtllm-engine spec; the llmapi mapping still refuses the method
     with pytest.raises(RepositoryError, match="PyTorch backend"):
         speculative_config(spec)
-    with pytest.raises(RepositoryError, match="TensorRT engines only"):  # Jacobi lookahead (issue 12)
+    with pytest.raises(RepositoryError, match="TensorRT engines only"):  # Jacobi lookahead
         speculative_config(make_spec("lookahead"))
     ng = ngram_config(make_spec("ngram", kind="trtllm-llmapi"))
     assert ng["decoding_type"] == "NGram" and ng["max_matching_ngram_size"] == 2

@@ -64,7 +64,7 @@ def test_the_table_is_nvidias_compatibility_matrix():
 
 
 def test_every_default_and_template_names_a_container_of_its_version():
-    """The spec's defaults, `trtspec init`'s template, ci/ and the README pair 1.2.1 with a 1.2.1 container."""
+    """The spec's defaults, `trtspec init`'s template, ci/, the README and docs/ pair 1.2.1 with a 1.2.1 container."""
     from trtspec.backends import trtllm_versions as v
     from trtspec.spec import TrtllmRuntime
 
@@ -72,7 +72,7 @@ def test_every_default_and_template_names_a_container_of_its_version():
     template = tomllib.loads((ROOT / "trtspec" / "spec_template.toml").read_text())["runtime"]["trtllm"]
     assert (template["version"], template["image"]) == (v.DEFAULT_VERSION, v.DEFAULT_IMAGE)
     seen = {}
-    for path in [*sorted((ROOT / "ci").iterdir()), ROOT / "README.md"]:
+    for path in [*sorted((ROOT / "ci").iterdir()), ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         for release in NGC.findall(path.read_text()):
             seen[f"{path.name}: {release}"] = v.BY_TRITON[release].trtllm
     assert len(seen) >= 5 and set(seen.values()) == {v.DEFAULT_VERSION}, seen

@@ -47,7 +47,7 @@ class TrtllmEngineBackend(TrtllmBackend):
         super().check(spec, report, models=models, engines=engines, server_version=server_version)
         engine_dir = Path(engines) / spec.name if engines is not None else None
         if engine_dir is not None and engine_dir.is_dir():
-            from trtspec.builders.trtllm.cache import check_engine_compat
+            from trtspec.builders.trtllm.engine_cache import check_engine_compat
 
             version = server_version or spec.runtime.trtllm.version
             report.notes.append(f"engines {engine_dir} checked against TensorRT-LLM {version} on the server")

@@ -30,7 +30,7 @@ from trtspec.artifacts import heads as layouts
 from trtspec.artifacts.hf import ModelConfig
 from trtspec.builders.trtllm.memory import HeadSizes, kv_per_token, layer_params, per_rank_layer
 from trtspec.builders.trtllm.method import DRAFT, TARGET, EngineMethod
-from trtspec.convert import heads as head_layouts
+from trtspec.convert import trtllm_heads as head_layouts
 from trtspec.convert import params
 from trtspec.convert.checkpoint import LLAMA, ConvertJob
 from trtspec.errors import BuildError, ConvertError

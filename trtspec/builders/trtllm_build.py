@@ -24,7 +24,7 @@ from trtspec.artifacts.pair import Drafter, weight_problems
 from trtspec.builders import BuildOptions, BuildResult
 from trtspec.builders.lock import (LOCK_NAME, atomic_dir, digest, new_lock, read_lock, remove_stale, swap_in,
                                    temp_dir, write_json)
-from trtspec.builders.trtllm.cache import checkpoint_digests, engine_digests, engine_intact, engine_key, now
+from trtspec.builders.trtllm.engine_cache import checkpoint_digests, engine_digests, engine_intact, engine_key, now
 from trtspec.builders.trtllm.memory import memory_plan
 from trtspec.builders.trtllm.method import EngineMethod
 from trtspec.builders.trtllm.plan import BuildPlan, BuildStep, make_plan, tp_pp

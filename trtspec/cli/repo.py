@@ -79,7 +79,7 @@ def key(config: str, out_engines: Path) -> None:
     for a spec whose checkpoints are converted (`trtspec convert`; CPU only)."""
     from trtspec.artifacts.fs import digest
     from trtspec.backends.trtllm_engine_methods import engine_method
-    from trtspec.builders.trtllm.cache import spec_engine_keys
+    from trtspec.builders.trtllm.engine_cache import spec_engine_keys
     from trtspec.check import load_spec
     from trtspec.errors import BuildError
 

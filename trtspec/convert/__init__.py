@@ -5,7 +5,7 @@
 writes each job's checkpoint, one per role the spec's method needs, into `<out_dir>/<role>/` (by default
 `<engines>/<name>/checkpoints/<role>/`). The jobs are the trtllm-engine runtime's for the spec (its method
 table's `conversions`, trtspec/backends/trtllm_engine_methods.py), which name the head layout of each
-(trtspec/convert/heads.py):
+(trtspec/convert/trtllm_heads.py):
 
     method        target checkpoint                     draft checkpoint
     draft-model   LlamaForCausalLM                       LlamaForCausalLM (same TP, PP 1)

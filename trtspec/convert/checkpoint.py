@@ -23,7 +23,7 @@ from trtspec.artifacts.fs import atomic_dir, content_only, digest, file_digests,
 from trtspec.artifacts.hf import CONFIG, ModelConfig
 from trtspec.artifacts.weights import MODEL_WEIGHTS, load_file, load_weights, save_weights, weight_files
 from trtspec.convert import hf
-from trtspec.convert.heads import layout
+from trtspec.convert.trtllm_heads import layout
 from trtspec.convert.mapping import Mapping
 from trtspec.errors import ConvertError
 
@@ -42,7 +42,7 @@ class ConvertJob:
     """One checkpoint to write: what from, with which options, to where."""
 
     role: str                      # "target" | "draft"
-    kind: str                      # LLAMA, or a head layout's (trtspec/convert/heads.py: MEDUSA, EAGLE)
+    kind: str                      # LLAMA, or a head layout's (trtspec/convert/trtllm_heads.py: MEDUSA, EAGLE)
     model_dir: Path
     heads_dir: Path | None
     out_dir: Path
@@ -92,18 +92,18 @@ class ConvertedCheckpoint:
 
 
 def _config_and_ranks(job: ConvertJob) -> tuple[dict[str, Any], Callable[[int, int, int], Tensors]]:
-    from trtspec.convert import llama
+    from trtspec.convert import llama_tensors
 
     where = str(job.model_dir)
     shape = hf.model_config(job.model_dir)
     sd = load_weights(job.model_dir, error=ConvertError)
     dtype = hf.torch_dtype(job.dtype)
     mapping = job.mapping
-    config, head = (llama.base_config(shape, job.dtype, mapping, shape.architecture), None) if job.kind == LLAMA \
+    config, head = (llama_tensors.base_config(shape, job.dtype, mapping, shape.architecture), None) if job.kind == LLAMA \
         else layout(job.kind).write(job, shape, sd, dtype)
 
     def ranks(rank, t, p):
-        w = llama.base_rank_weights(sd, shape, mapping, t, p, dtype, where)
+        w = llama_tensors.base_rank_weights(sd, shape, mapping, t, p, dtype, where)
         if head is not None:
             w.update(head(t, p))
         return w
@@ -193,7 +193,7 @@ def hf_config_from_trtllm(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def read_checkpoint(ckpt_dir: Path) -> Reassembled:
     """Inverse of the writers for any TP/PP sharding (ConvertError if inconsistent)."""
-    from trtspec.convert import llama
+    from trtspec.convert import llama_tensors
 
     ckpt_dir = Path(ckpt_dir)
     cfg = read_json_object(ckpt_dir / CONFIG, "checkpoint", ConvertError)
@@ -208,13 +208,13 @@ def read_checkpoint(ckpt_dir: Path) -> Reassembled:
             raise ConvertError(f"{path} is missing", hint="the checkpoint is incomplete; re-run `trtspec convert`")
         ranks[rank] = load_file(path, ConvertError)
     shape = shape_from_trtllm(cfg)
-    out = Reassembled(cfg, llama.base_from_ranks(ranks, cfg, shape, mapping))
+    out = Reassembled(cfg, llama_tensors.base_from_ranks(ranks, cfg, shape, mapping))
     arch = cfg.get("architecture")
     if arch == "MedusaForCausalLM":
-        out.medusa = llama.medusa_from_ranks(ranks, cfg, mapping)
+        out.medusa = llama_tensors.medusa_from_ranks(ranks, cfg, mapping)
     elif arch == "EagleForCausalLM":
         eshape = shape_from_trtllm(cfg["eagle_net_config"])
-        out.eagle = llama.eagle_from_ranks(ranks, cfg, eshape, mapping, out.target["model.embed_tokens.weight"])
+        out.eagle = llama_tensors.eagle_from_ranks(ranks, cfg, eshape, mapping, out.target["model.embed_tokens.weight"])
     return out
 
 

@@ -15,8 +15,8 @@ a ServiceMonitor, an HPA on queue time) plus what that chart lacks for the Pytho
 - HPA `autoscaling/v2` (the chart's v2beta2 is gone since Kubernetes 1.26) on the per-pod metric
   `avg_time_queue_us`, which the chart's prometheus-adapter rule derives from nv_inference_queue_duration_us.
 
-Validated in the tests against Kubernetes' JSON schemas by `kubernetes-validate` (ServiceMonitor is a CRD:
-checked there by its own shape).
+Validated in the tests against Kubernetes' JSON schemas by `kubernetes-validate`, strict (ServiceMonitor is a CRD:
+checked there by its CRD's recorded shape; docs/validators.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 vLLM's speculative decoding takes one JSON argument, `--speculative-config` (vllm/config/speculative.py:
 `method`, `model`, `num_speculative_tokens`, `prompt_lookup_max/min`, `num_speculative_tokens_per_batch_size`
-...). A method is mapped by what the TensorRT-LLM runtimes' method tables make of it (trtspec/backends/
+...; every export is checked against SpeculativeConfig's fields at vLLM commit 002e77c, docs/validators.md).
+A method is mapped by what the TensorRT-LLM runtimes' method tables make of it (trtspec/backends/
 trtllm_engine_methods.py, trtllm_llmapi_methods.py), never by its trtspec name: its TensorRT-LLM decoding mode
 (`speculative_decoding_mode`: the same algorithm under TensorRT-LLM's name), else the LLM API drafter it maps to
 (`options`: speculative_config.decoding_type):

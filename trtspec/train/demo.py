@@ -17,7 +17,7 @@ Layout written by `train_family(out)` (head layouts: trtspec.artifacts.heads)::
       eagle/               model.safetensors + config.json           (EAGLE-1 layout)
 
 All weights are stored in float16. Target and draft are transformers' LlamaForCausalLM, the EAGLE head is
-transformers' LlamaDecoderLayer (train/heads.py); the only Llama trtspec implements itself is the runtime's.
+transformers' LlamaDecoderLayer (train/modules.py); the only Llama trtspec implements itself is the runtime's.
 
 Recipe (demo_config.py): the tokenizer (byte-level BPE) and the target (next-token CE on random windows;
 demo_target.py) are trained here. The drafters are `train_drafter("draft-model" | "medusa" | "eagle")` on
@@ -51,7 +51,7 @@ from trtspec.train import data
 from trtspec.train.acceptance import measure_family
 from trtspec.train.demo_config import DRAFTERS, FamilyConfig
 from trtspec.train.demo_target import fp16_roundtrip, heldout_loss, load_llama, save_llama, train_lm
-from trtspec.train.heads import llama, n_params
+from trtspec.train.modules import llama, n_params
 from trtspec.train.recipe import Reporter, silent
 
 MANIFEST_FORMAT = 3  # 2: drafters by demo.py's own recipes; 1: before the common manifest shape (still read)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trtspec.errors import ModelError
-from trtspec.train.heads import Shape
+from trtspec.train.modules import Shape
 from trtspec.train.recipe import TrainConfig
 
 

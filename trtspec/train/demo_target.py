@@ -16,7 +16,7 @@ from trtspec.artifacts.fs import read_json, write_json
 from trtspec.artifacts.hf import CONFIG, with_legacy_keys
 from trtspec.train import data
 from trtspec.train.demo_config import Stage
-from trtspec.train.heads import Shape, forward, lm_loss
+from trtspec.train.modules import Shape, forward, lm_loss
 from trtspec.train.recipe import Reporter
 
 

@@ -21,7 +21,7 @@ work dir (so a killed run resumes where it stopped, `--resume`). This module run
                 seconds and at the end. Every loss is a soft cross-entropy against the target's top-k over the
                 draft vocabulary (positions whose target argmax lies outside it are left out), so that all
                 kinds learn from the very same teacher rows:
-                  eagle3       the TTT loss (train/eagle3.py)
+                  eagle3       the TTT loss (train/eagle3_head.py)
                   eagle        EAGLE-1: smooth-L1(f^_{t+1}, f_{t+1}) + 0.1 soft-CE(L f^_{t+1}), inputs
                                (E[x_{t+1}], f_t + uniform noise); L = the target's lm_head, frozen
                   medusa       head h at t against the teacher at t+1+h (0.8^h); the residual blocks train,

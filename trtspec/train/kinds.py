@@ -1,8 +1,8 @@
 """What each kind of `trtspec train` trains: its module (initialised from the target where it can), its loss,
 the writer of its layout, and the architecture the manifest records.
 
-  eagle3       an EAGLE-3 head (train/eagle3.py) on three captured target layers; the TTT loss
-  eagle        an EAGLE-1 head (fc + one decoder layer, train/heads.py) on the target's final hidden state
+  eagle3       an EAGLE-3 head (train/eagle3_head.py) on three captured target layers; the TTT loss
+  eagle        an EAGLE-1 head (fc + one decoder layer, train/modules.py) on the target's final hidden state
   medusa       Medusa heads: residual blocks and the lm_head rows of the draft vocabulary (initialised from
                the target's; the other rows stay the target's)
   draft-model  a small Llama (`draft_layers` x `draft_hidden`; the target's vocabulary and tokenizer,
@@ -21,7 +21,7 @@ from trtspec.artifacts import heads as layouts
 from trtspec.artifacts.hf import ModelConfig
 from trtspec.artifacts.weights import load_weights
 from trtspec.errors import ModelError
-from trtspec.train.eagle3 import Eagle3Head, ttt_loss
+from trtspec.train.eagle3_head import Eagle3Head, ttt_loss
 from trtspec.train.losses import draft_loss, eagle1_loss, medusa_loss
 from trtspec.train.loop import Loss
 from trtspec.train.recipe import TrainConfig
@@ -91,7 +91,7 @@ def _eagle3(target: Path, tcfg: ModelConfig, cfg: TrainConfig, feats: dict[str, 
 
 
 def _medusa(target: Path, tcfg: ModelConfig, cfg: TrainConfig, feats: dict[str, torch.Tensor], base: str) -> Drafter:
-    from trtspec.train.heads import VocabMedusa
+    from trtspec.train.modules import VocabMedusa
 
     lm = _target_lm_head(target, tcfg)  # [V, H]
     heads = VocabMedusa(tcfg.hidden_size, lm[feats["used"]], cfg.medusa_heads).to(cfg.device)
@@ -100,7 +100,7 @@ def _medusa(target: Path, tcfg: ModelConfig, cfg: TrainConfig, feats: dict[str, 
 
 
 def _eagle1(target: Path, tcfg: ModelConfig, cfg: TrainConfig, feats: dict[str, torch.Tensor], base: str) -> Drafter:
-    from trtspec.train.heads import EagleHead
+    from trtspec.train.modules import EagleHead
 
     lm = _target_lm_head(target, tcfg)  # [V, H]
     layer = dataclasses.replace(head_config(tcfg, cfg), architectures=("LlamaForCausalLM",), model_type="llama",

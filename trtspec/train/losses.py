@@ -1,4 +1,4 @@
-"""The losses of Medusa, EAGLE-1 and draft-model training (EAGLE-3's TTT loss: train/eagle3.py). Each is a
+"""The losses of Medusa, EAGLE-1 and draft-model training (EAGLE-3's TTT loss: train/eagle3_head.py). Each is a
 soft cross-entropy against the target's top-k over the draft vocabulary (positions whose target argmax lies
 outside it are masked out), so that every kind learns from the very same teacher rows:
 

@@ -21,7 +21,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 def write_eagle3_head(d: Path, head: torch.nn.Module, layer: ModelConfig, target: ModelConfig,
                       aux: Sequence[int]) -> None:
-    """An EAGLE-3 head (train.eagle3.Eagle3Head) in its layout: the midlayer `layer` reading the target's
+    """An EAGLE-3 head (train.eagle3_head.Eagle3Head) in its layout: the midlayer `layer` reading the target's
     `aux` layers, its draft vocabulary mapped to the target's (d2t)."""
     raw = layouts.eagle3_raw_config(
         _layer_keys(layer), vocab_size=target.vocab_size, draft_vocab_size=head.draft_vocab_size,
@@ -31,7 +31,7 @@ def write_eagle3_head(d: Path, head: torch.nn.Module, layer: ModelConfig, target
 
 
 def write_eagle1(d: Path, head: torch.nn.Module, layer: ModelConfig, base: str) -> None:
-    """An EAGLE-1 head (train.heads.EagleHead) in its layout, fp16: fc + one decoder layer, and the layer's
+    """An EAGLE-1 head (train.modules.EagleHead) in its layout, fp16: fc + one decoder layer, and the layer's
     config marked eagle (fc has a bias), naming its target `base`."""
     raw = {**layer.to_hf_dict(), "eagle": True, "bias": True, "base_model_name_or_path": base}
     layouts.write_eagle(d, {k: v.detach().half().cpu() for k, v in head.state_dict().items()},
@@ -40,7 +40,7 @@ def write_eagle1(d: Path, head: torch.nn.Module, layer: ModelConfig, base: str) 
 
 def write_medusa_heads(d: Path, heads: torch.nn.Module, lm: torch.Tensor, used: torch.Tensor, target: ModelConfig,
                        base: str) -> None:
-    """Medusa heads (train.heads.VocabMedusa) in the TensorRT-LLM Medusa layout: the trained lm_head rows of
+    """Medusa heads (train.modules.VocabMedusa) in the TensorRT-LLM Medusa layout: the trained lm_head rows of
     the draft vocabulary `used` over the target's `lm`, naming the target `base`."""
     layouts.write_medusa(d, {k: v.half().cpu() for k, v in heads.layout_tensors(lm, used).items()},
                          hidden_size=target.hidden_size, vocab_size=target.vocab_size, num_layers=1,

@@ -12,7 +12,7 @@ looks a method up by name.
                   target's max_seq_len)
     trtllm-build  speculative_decoding_mode, draft_len_flag, paged_context_fmha -> build_flags(spec, role)
     repository    decoding_mode, multi_block, fast_logits, backend_parameters (trtspec/repository/trtllm/engine.py)
-    converter     convert_jobs: the checkpoints to write, with their head layout (trtspec/convert/heads.py)
+    converter     convert_jobs: the checkpoints to write, with their head layout (trtspec/convert/trtllm_heads.py)
     memory        memory_extras: what the method's heads add to the target engine (memory.py)
 """
 

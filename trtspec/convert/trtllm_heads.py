@@ -28,18 +28,18 @@ class HeadLayout:
 
 
 def _medusa(job: ConvertJob, shape: ModelConfig, target: Tensors, dtype: Any) -> tuple[dict[str, Any], Ranks]:
-    from trtspec.convert import llama  # (torch)
+    from trtspec.convert import llama_tensors  # (torch)
 
     hcfg, heads = layouts.load_medusa(job.heads_dir, shape, ConvertError)
     nh, nl, mapping = hcfg.num_heads, hcfg.num_layers, job.mapping
-    config = llama.medusa_config(shape, job.dtype, mapping, num_heads=nh, num_layers=nl,
+    config = llama_tensors.medusa_config(shape, job.dtype, mapping, num_heads=nh, num_layers=nl,
                                  max_draft_len=job.max_draft_len)
-    return config, lambda t, p: llama.medusa_rank_weights(heads, shape, mapping, t, p, nh, nl, dtype,
+    return config, lambda t, p: llama_tensors.medusa_rank_weights(heads, shape, mapping, t, p, nh, nl, dtype,
                                                           str(job.heads_dir))
 
 
 def _eagle(job: ConvertJob, shape: ModelConfig, target: Tensors, dtype: Any) -> tuple[dict[str, Any], Ranks]:
-    from trtspec.convert import llama  # (torch)
+    from trtspec.convert import llama_tensors  # (torch)
 
     if job.pp > 1:  # TensorRT-LLM's EagleForCausalLM asserts pp_size == 1
         raise ConvertError(f"gpu.pipeline_parallel = {job.pp}: EAGLE does not support pipeline parallelism",
@@ -48,10 +48,10 @@ def _eagle(job: ConvertJob, shape: ModelConfig, target: Tensors, dtype: Any) -> 
         raise ConvertError(f"EAGLE {why}", hint="use a smaller tree")
     eshape, eagle = layouts.load_eagle(job.heads_dir, shape, ConvertError)
     mapping = job.mapping
-    config = llama.eagle_config(shape, eshape, job.dtype, mapping, max_draft_len=job.max_draft_len,
+    config = llama_tensors.eagle_config(shape, eshape, job.dtype, mapping, max_draft_len=job.max_draft_len,
                                 num_eagle_layers=job.num_eagle_layers,
                                 max_non_leaves_per_layer=job.max_non_leaves_per_layer)
-    return config, lambda t, p: llama.eagle_rank_weights(eagle, eshape, target, shape, mapping, t,
+    return config, lambda t, p: llama_tensors.eagle_rank_weights(eagle, eshape, target, shape, mapping, t,
                                                          job.num_eagle_layers, dtype, str(job.heads_dir))
 
 

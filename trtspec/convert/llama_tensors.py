@@ -1,7 +1,7 @@
 """HF Llama (+ Medusa heads, + EAGLE-1 head) -> TensorRT-LLM checkpoint tensors, per rank.
 
-Names and splits follow /work/shared/reference/tensorrt-llm.md §1.3-1.5 (TensorRT-LLM
-`models/llama/convert.py`, `models/medusa/weight.py`, `examples/eagle/convert_checkpoint.py`):
+Names and splits follow NVIDIA/TensorRT-LLM's own converters (at commit 0afa06ab:
+`tensorrt_llm/models/llama/convert.py`, `tensorrt_llm/models/medusa/weight.py`, `examples/eagle/convert_checkpoint.py`):
 
     transformer.vocab_embedding.weight          model.embed_tokens.weight   first PP stage, not split
     transformer.layers.{i}.input_layernorm      input_layernorm             replicated

@@ -46,7 +46,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._common import jsonl_prompts
+from bench._common import jsonl_prompts  # noqa: E402
 
 EXAMPLES = Path(os.environ.get("BENCH_QWEN_EXAMPLES", REPO / "examples"))  # --examples (the rows' processes read it)
 QWEN = EXAMPLES / "qwen"

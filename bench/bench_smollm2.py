@@ -33,11 +33,12 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from bench._common import Meter, jsonl_prompts as prompts, run_transformers, served_deployment  # noqa: E402
-from trtspec.artifacts.tokenizer import chat_prompt_ids  # noqa: E402
+from bench._common import Meter, run_transformers, served_deployment  # noqa: E402
+from bench._common import jsonl_prompts as prompts  # noqa: E402
 from trtspec import methods  # noqa: E402
-from trtspec.runtime import SamplingParams  # noqa: E402
+from trtspec.artifacts.tokenizer import chat_prompt_ids  # noqa: E402
 from trtspec.check import load_spec  # noqa: E402
+from trtspec.runtime import SamplingParams  # noqa: E402
 
 MODEL = REPO / "examples" / "models" / "smollm2-135m-instruct"
 SPEC = REPO / "examples" / "smollm2" / "ngram.toml"
@@ -71,7 +72,8 @@ def main() -> None:
         e.generate(warm, SamplingParams(max_new_tokens=8, num_draft_tokens=0))
         e.generate(warm, SamplingParams(max_new_tokens=8))
     run_transformers(hf, warm, 8, eos)
-    runs = [(f"trtspec {run}{suffix}", e, k) for suffix, e in engines.items() for run, k in (("plain", 0), ("ngram", None))]
+    runs = [(f"trtspec {run}{suffix}", e, k) for suffix, e in engines.items()
+            for run, k in (("plain", 0), ("ngram", None))]
     for name, id_lists in sets.items():
         m = rows[name]
         m["transformers plain"] = Meter()

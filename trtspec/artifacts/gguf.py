@@ -86,7 +86,8 @@ def _check_gguf(src: Path) -> None:
     except IsADirectoryError:
         raise ConvertError(f"{src}: is a directory", hint="pass the path of a .gguf file") from None
     except OSError as exc:
-        raise ConvertError(f"{src}: cannot read it ({exc.strerror or exc})", hint="check the file's permissions") from None
+        raise ConvertError(f"{src}: cannot read it ({exc.strerror or exc})",
+                           hint="check the file's permissions") from None
     if head != MAGIC:
         raise ConvertError(f"{src}: not a GGUF file (no GGUF magic)", hint="pass a llama.cpp .gguf model file")
 

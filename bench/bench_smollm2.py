@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -34,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from bench._common import Meter, jsonl_prompts as prompts, served_deployment  # noqa: E402
+from bench._common import Meter, jsonl_prompts as prompts, run_transformers, served_deployment  # noqa: E402
 from trtspec import methods  # noqa: E402
 from trtspec.artifacts.tokenizer import chat_prompt_ids  # noqa: E402
 from trtspec.check import load_spec  # noqa: E402
@@ -44,17 +43,6 @@ MODEL = REPO / "examples" / "models" / "smollm2-135m-instruct"
 SPEC = REPO / "examples" / "smollm2" / "ngram.toml"
 SPECS = {"": SPEC, " int8": REPO / "examples" / "smollm2" / "ngram-int8.toml"}  # row suffix -> spec
 SETS = {"chat": REPO / "examples" / "smollm2" / "chat.jsonl", "code": REPO / "examples" / "smollm2" / "code.jsonl"}
-
-
-def run_transformers(model, ids: list[int], new: int, eos: list[int]) -> tuple[list[int], float]:
-    x = torch.tensor([ids])
-    t = time.perf_counter()
-    with torch.inference_mode():
-        out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=new, do_sample=False,
-                             eos_token_id=eos, pad_token_id=eos[0])[0, len(ids):].tolist()
-    seconds = time.perf_counter() - t
-    cut = next((i + 1 for i, tok in enumerate(out) if tok in eos), len(out))
-    return out[:cut], seconds
 
 
 def main() -> None:
@@ -83,7 +71,8 @@ def main() -> None:
         e.generate(warm, SamplingParams(max_new_tokens=8, num_draft_tokens=0))
         e.generate(warm, SamplingParams(max_new_tokens=8))
     run_transformers(hf, warm, 8, eos)
-    runs = [(f"trtspec {run}{suffix}", e, k) for suffix, e in engines.items() for run, k in (("plain", 0), ("ngram", None))]
+    runs = [(f"trtspec {run}{suffix}", e, k) for suffix, e in engines.items()
+            for run, k in (("plain", 0), ("ngram", None))]
     for name, id_lists in sets.items():
         m = rows[name]
         m["transformers plain"] = Meter()

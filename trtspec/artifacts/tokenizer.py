@@ -38,8 +38,8 @@ def load_tokenizer_json(tok_dir: str | Path, hint: str = "point it at a dir with
     return Tokenizer.from_file(str(path))
 
 
-def fingerprint(tok_dir: Path) -> str | None:
-    """sha256 of the tokenizer's vocabulary + merges + special tokens (None if no tokenizer.json)."""
+def _essence(tok_dir: Path) -> dict[str, Any] | None:
+    """What decides a tokenizer's ids: vocabulary, merges, model type, added (special) tokens; None without one."""
     path = Path(tok_dir) / TOKENIZER_JSON
     if not path.is_file():
         return None
@@ -47,10 +47,42 @@ def fingerprint(tok_dir: Path) -> str | None:
     model = data.get("model")
     model = model if isinstance(model, dict) else {}
     added = data.get("added_tokens")
-    essence = {"vocab": model.get("vocab"), "merges": model.get("merges"), "type": model.get("type"),
-               "added": [(t.get("id"), t.get("content")) for t in (added if isinstance(added, list) else [])
-                         if isinstance(t, dict)]}
+    return {"vocab": model.get("vocab"), "merges": model.get("merges"), "type": model.get("type"),
+            "added": [(t.get("id"), t.get("content")) for t in (added if isinstance(added, list) else [])
+                      if isinstance(t, dict)]}
+
+
+def fingerprint(tok_dir: Path) -> str | None:
+    """sha256 of the tokenizer's vocabulary + merges + special tokens (None if no tokenizer.json)."""
+    essence = _essence(tok_dir)
+    if essence is None:
+        return None
     return hashlib.sha256(json.dumps(essence, sort_keys=True).encode()).hexdigest()
+
+
+def difference(tok_dir: Path, ref_dir: Path, ref_name: str = "the target's") -> str:
+    """How `tok_dir`'s tokenizer differs from `ref_dir`'s, in words ("" when they tokenize alike or one has
+    no tokenizer.json): the first of model type, vocabulary, merges and special tokens that differs."""
+    a, b = _essence(tok_dir), _essence(ref_dir)
+    if a is None or b is None or a == b:
+        return ""
+    if a["type"] != b["type"]:
+        return f"its tokenizer model is {a['type']}, {ref_name} is {b['type']}"
+    va, vb = a["vocab"] if isinstance(a["vocab"], dict) else {}, b["vocab"] if isinstance(b["vocab"], dict) else {}
+    if va != vb:
+        if len(va) != len(vb):
+            return f"its vocabulary has {len(va)} entries, {ref_name} {len(vb)}"
+        token = next(k for k in va if vb.get(k) != va[k])
+        if token not in vb:
+            return f"its vocabulary differs (its token {token!r}, id {va[token]}, is not in {ref_name})"
+        return f"its vocabulary differs (token {token!r} is id {va[token]}, in {ref_name} id {vb[token]})"
+    if a["merges"] != b["merges"]:
+        return "its merges differ"
+    sa, sb = dict(a["added"]), dict(b["added"])
+    for i in sorted(set(sa) | set(sb), key=lambda x: (x is None, x if isinstance(x, int) else 0)):
+        if sa.get(i) != sb.get(i):
+            return f"its special tokens differ: id {i} is {sa.get(i)!r}, in {ref_name} {sb.get(i)!r}"
+    return "its special tokens differ"
 
 
 # ------------------------------------------------------------------------------------------------- chat

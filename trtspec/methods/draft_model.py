@@ -139,8 +139,16 @@ class DraftModel(Method):
                              "use a draft trained with the target's tokenizer"))
         d_fp, t_fp = tokenizer.fingerprint(draft), tokenizer.fingerprint(spec.tokenizer_dir)
         if d_fp is not None and t_fp is not None and d_fp != t_fp:
-            p.append(Problem("speculative.draft", str(draft), "its tokenizer differs from the target's",
-                             "draft and target must share one tokenizer (same vocab and merges)"))
+            why = tokenizer.difference(Path(draft), Path(spec.tokenizer_dir))
+            p.append(Problem("speculative.draft", str(draft), "its tokenizer differs from the target's"
+                             + (f": {why}" if why else ""),
+                             "draft and target must share one tokenizer (same vocab, merges and special tokens)"))
+        d_eos, t_eos = set(dcfg.eos_token_ids), set(target.eos_token_ids)
+        if d_eos and t_eos and d_eos != t_eos:
+            p.append(Problem("speculative.draft", str(draft),
+                             f"its EOS token ids {sorted(d_eos)} differ from the target's {sorted(t_eos)}",
+                             "a drafter of the target's family ends text with the target's EOS; use one (or set "
+                             "eos_token_id in its config.json and generation_config.json to the target's)"))
         need = spec.limits.max_seq_len + spec.speculative.num_draft_tokens
         if need > dcfg.max_position_embeddings:
             p.append(Problem("speculative.draft", str(draft),

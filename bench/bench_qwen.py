@@ -1,0 +1,359 @@
+"""Qwen2.5-Coder-1.5B-Instruct drafted by its 0.5B sibling: every variant side by side, in one run, per prompt set.
+
+    .venv/bin/python bench/bench_qwen.py [--rows hf-plain,plain,draft] [--sets code,chat] [--prompts 4]
+                                         [--new 128] [--threads 2] [--json out.json]
+
+Needs `make qwen` (the bf16 imports in examples/models/qwen2.5-coder-{1.5b,0.5b}-instruct/). Prompt sets:
+examples/qwen/{code,edit,chat}.jsonl (code completion, edit/rewrite of a given text, open chat), each prompt a user
+message rendered with the chat template; greedy, batch 1, up to --new tokens or the EOS. Rows (--rows, all by
+default):
+
+  hf-plain          transformers' greedy generate on the bf16 target
+  hf-assisted       transformers' assisted generation with the 0.5B draft, constant K = 4 (no confidence cut-off)
+  plain             trtspec, the torch runtime in-process (examples/qwen/plain.toml)
+  draft             draft-model, constant K = 4 (examples/qwen/draft-model.toml, adaptive K off)
+  draft-int8        the same with the weight-only int8 drafter (draft-model-int8-draft.toml)
+  ngram, suffix, lookahead   the training-free drafters (examples/qwen/<name>.toml)
+  served-plain, served-draft the plain and draft-model deployments served by the bundled Triton (gRPC streaming,
+                    the chat sent as `messages`)
+  llamacpp-plain, llamacpp-draft  llama.cpp on the same GGUF files, when the `xllamacpp` wheel is importable
+
+Every row runs in a fresh process (its peak RSS is its own; one model pair in memory at a time). Columns: tok/s
+(new tokens / wall seconds), x trtspec plain, x transformers plain, tau (tokens per target pass after the prefill:
+trtspec's runtime/stats.py definition; transformers: new tokens / target forward passes), alpha (accepted / drafted
+tokens), per-position acceptance (share of drafts whose accepted path reaches position i), c (the draft cost: the
+drafter's seconds per drafted token / the target's plain seconds per token, from the plain row), identity with
+trtspec plain decoding (same tokens; served rows: same text), peak RSS (the row's process; served: tritonserver
+and its stubs, sampled after each request). A script that prints a table, never a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import multiprocessing
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench._common import jsonl_prompts  # noqa: E402
+
+EXAMPLES = Path(os.environ.get("BENCH_QWEN_EXAMPLES", REPO / "examples"))  # --examples (the rows' processes read it)
+QWEN = EXAMPLES / "qwen"
+TARGET = EXAMPLES / "models" / "qwen2.5-coder-1.5b-instruct"
+DRAFT = EXAMPLES / "models" / "qwen2.5-coder-0.5b-instruct"
+GGUF = {"target": REPO / ".cache/qwen/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        "draft": REPO / ".cache/qwen/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"}
+SETS = ("code", "edit", "chat")
+K = 4
+SPECS = {"plain": "plain", "draft": "draft-model", "draft-int8": "draft-model-int8-draft", "ngram": "ngram",
+         "suffix": "suffix", "lookahead": "lookahead", "served-plain": "plain", "served-draft": "draft-model"}
+ROWS = ("hf-plain", "hf-assisted", "plain", "draft", "draft-int8", "ngram", "suffix", "lookahead", "served-plain",
+        "served-draft", "llamacpp-plain", "llamacpp-draft")
+
+
+def _totals() -> dict:
+    return {"outputs": [], "texts": [], "tokens": 0, "seconds": 0.0, "steps": 0, "step_tokens": 0, "drafted": 0,
+            "accepted": 0, "draft_seconds": 0.0, "per_position": [], "drafts": 0}
+
+
+def _add(m: dict, tokens: list[int], seconds: float, **counts) -> None:
+    m["outputs"].append(list(tokens))
+    m["tokens"] += len(tokens)
+    m["seconds"] += seconds
+    for k, v in counts.items():
+        m[k] += v
+
+
+def _spec(name: str):
+    from trtspec.check import load_spec
+
+    spec = load_spec(QWEN / f"{SPECS[name]}.toml")
+    if spec.speculative.method == "draft-model":  # constant K, as transformers' assisted row
+        adaptive = spec.speculative.adaptive.model_copy(update={"enabled": False})
+        spec = spec.model_copy(update={"speculative": spec.speculative.model_copy(update={"adaptive": adaptive})})
+    return spec
+
+
+def run_row(row: str, prompts: dict[str, list[str]], new: int, threads: int) -> dict:
+    """One row over every set, in this (fresh) process: {set: totals} + this process's peak RSS."""
+    import torch
+
+    torch.set_num_threads(threads)
+    if row.startswith("hf-"):
+        out = _hf(row, prompts, new)
+    elif row.startswith("served-"):
+        out = _served(row, prompts, new)
+    elif row.startswith("llamacpp-"):
+        out = _llamacpp(row, prompts, new)
+    else:
+        out = _trtspec(row, prompts, new)
+    out.setdefault("peak_rss_gb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+    return out
+
+
+def _ids(tokenizer, prompts: dict[str, list[str]]) -> dict[str, list[list[int]]]:
+    from trtspec.artifacts.tokenizer import chat_prompt_ids
+
+    return {name: [chat_prompt_ids(tokenizer, p) for p in ps] for name, ps in prompts.items()}
+
+
+def _trtspec(row: str, prompts: dict[str, list[str]], new: int) -> dict:
+    from trtspec import methods
+    from trtspec.runtime import SamplingParams
+
+    engine = methods.engine(_spec(row))
+    live = _totals()  # the warm-up's steps land here and are dropped
+
+    def observe(step) -> None:  # per-position acceptance, summed over the steps of the current set
+        pp = live["per_position"]
+        pp.extend([0] * (len(step.accepted_per_position) - len(pp)))
+        for i, n in enumerate(step.accepted_per_position):
+            pp[i] += n
+        live["drafts"] += step.num_drafts
+
+    engine.on_step.append(observe)
+    sets = _ids(engine.tokenizer, prompts)
+    engine.generate(sets[next(iter(sets))][0], SamplingParams(max_new_tokens=8))  # warm-up
+    out = {}
+    for name, id_lists in sets.items():
+        live = out[name] = _totals()
+        for ids in id_lists:
+            r = engine.generate(ids, SamplingParams(max_new_tokens=new))
+            _add(live, r.tokens, r.seconds, steps=r.steps, step_tokens=len(r.tokens) - 1, drafted=r.drafted,
+                 accepted=r.accepted, draft_seconds=r.draft_seconds)
+    engine.close()
+    return out
+
+
+class _Calls:
+    """Forward passes (and their seconds) of one module, counted by hooks."""
+
+    def __init__(self, module) -> None:
+        self.calls, self.seconds, self._t = 0, 0.0, 0.0
+        module.register_forward_pre_hook(lambda *a: setattr(self, "_t", time.perf_counter()))
+        module.register_forward_hook(lambda *a: self._done())
+
+    def _done(self) -> None:
+        self.calls += 1
+        self.seconds += time.perf_counter() - self._t
+
+
+def _hf(row: str, prompts: dict[str, list[str]], new: int) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from bench._common import run_transformers
+    from trtspec.artifacts.hf import ModelConfig
+
+    tok = AutoTokenizer.from_pretrained(TARGET)
+    eos = sorted(ModelConfig.from_dir(TARGET).eos_token_ids)
+    model = AutoModelForCausalLM.from_pretrained(TARGET, dtype=torch.bfloat16).eval()
+    kw, draft_calls = {}, None
+    if row == "hf-assisted":
+        draft = AutoModelForCausalLM.from_pretrained(DRAFT, dtype=torch.bfloat16).eval()
+        draft.generation_config.num_assistant_tokens = K
+        draft.generation_config.num_assistant_tokens_schedule = "constant"
+        draft.generation_config.assistant_confidence_threshold = 0.0
+        kw = {"assistant_model": draft}
+        draft_calls = _Calls(draft)
+    calls = _Calls(model)
+    sets = _ids(tok, prompts)
+    run_transformers(model, sets[next(iter(sets))][0], 8, eos, **kw)  # warm-up
+    out = {}
+    for name, id_lists in sets.items():
+        m = out[name] = _totals()
+        for ids in id_lists:
+            c0, d0, s0 = calls.calls, draft_calls.calls if draft_calls else 0, draft_calls.seconds if draft_calls else 0
+            tokens, seconds = run_transformers(model, ids, new, eos, **kw)
+            passes = calls.calls - c0
+            drafted = (draft_calls.calls - d0) if draft_calls else 0
+            _add(m, tokens, seconds, steps=passes, step_tokens=len(tokens), drafted=drafted,
+                 accepted=max(0, len(tokens) - passes) if draft_calls else 0,
+                 draft_seconds=(draft_calls.seconds - s0) if draft_calls else 0.0)
+    return out
+
+
+def _served(row: str, prompts: dict[str, list[str]], new: int) -> dict:
+    from bench._common import served_deployment
+    from bench.soak import server_rss
+    from trtspec.client import generate_remote
+
+    out, peak = {}, 0.0
+    with served_deployment(_spec(row.removeprefix("served-")), "bench-qwen-") as server:
+        generate_remote(server.grpc_url, "", messages=[{"role": "user", "content": "hi"}], max_tokens=8, timeout=300)
+        for name, ps in prompts.items():
+            m = out[name] = _totals()
+            for p in ps:
+                r = generate_remote(server.grpc_url, "", messages=[{"role": "user", "content": p}], max_tokens=new,
+                                    timeout=900)
+                m["texts"].append(r.text)
+                m["tokens"] += r.new_tokens
+                m["seconds"] += r.seconds
+                m["steps"] += r.steps
+                m["step_tokens"] += max(0, r.new_tokens - 1)
+                m["drafted"] += r.total_draft_tokens
+                m["accepted"] += r.total_accepted_draft_tokens
+                peak = max(peak, server_rss(server)[0] / 1024)
+    out["peak_rss_gb"] = peak
+    return out
+
+
+def _llamacpp(row: str, prompts: dict[str, list[str]], new: int) -> dict:
+    """llama.cpp's server in-process (the `xllamacpp` wheel) on the same GGUF files: its chat completions, greedy
+    (top-k 1); with the 0.5B draft at a constant K (`-md`, --draft-min = --draft-max = K, no p-min cut-off)."""
+    import xllamacpp as xlc
+
+    params = xlc.CommonParams()
+    params.model.path = str(GGUF["target"])
+    params.cpuparams.n_threads = params.cpuparams_batch.n_threads = torch_threads()
+    params.n_ctx, params.n_parallel, params.sampling.top_k = 4096, 1, 1
+    if row == "llamacpp-draft":
+        params.speculative.types = [xlc.common_speculative_type.COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE]
+        draft = params.speculative.draft
+        draft.mparams.path = str(GGUF["draft"])
+        draft.n_max, draft.n_min, draft.p_min = K, K, 0.0
+        draft.cpuparams.n_threads = draft.cpuparams_batch.n_threads = torch_threads()
+    server = xlc.Server(params)
+    out = {}
+    for name, ps in prompts.items():
+        m = out[name] = _totals()
+        for p in ps:
+            t = time.perf_counter()
+            r = server.handle_chat_completions({"messages": [{"role": "user", "content": p}], "max_tokens": new,
+                                                "temperature": 0.0, "top_k": 1})
+            m["seconds"] += time.perf_counter() - t
+            m["texts"].append(r["choices"][0]["message"]["content"])
+            m["tokens"] += r["usage"]["completion_tokens"]
+            timings = r.get("timings") or {}
+            m["drafted"] += int(timings.get("draft_n", 0))
+            m["accepted"] += int(timings.get("draft_n_accepted", 0))
+    del server
+    return out
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+# --------------------------------------------------------------------------------------------- the table
+
+def _fmt(x: float | None, spec: str = ".2f", suffix: str = "") -> str:
+    return "-" if x is None else f"{x:{spec}}{suffix}"
+
+
+def show(results: dict[str, dict], sets: list[str], args) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from trtspec.artifacts.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(TARGET)
+    console = Console(width=180)
+    cols = ("run", "tok/s", "x trtspec plain", "x transformers plain", "tau", "alpha", "per position", "c",
+            "same as plain", "peak RSS GB")
+    for name in sets:
+        table = Table(title=f"{name}: Qwen2.5-Coder-1.5B-Instruct (bf16) + 0.5B draft, batch 1, greedy, <= {args.new} "
+                            f"new tokens, {args.prompts} prompts, {args.threads} threads")
+        for c in cols:
+            table.add_column(c, justify="left" if c == "run" else "right")
+        rate = {row: (r[name]["tokens"] / r[name]["seconds"] if r[name]["seconds"] else 0.0)
+                for row, r in results.items() if name in r}
+        plain = results.get("plain", {}).get(name)
+        per_tok = plain["seconds"] / plain["tokens"] if plain and plain["tokens"] else None
+        hf_per_tok = (results["hf-plain"][name]["seconds"] / results["hf-plain"][name]["tokens"]
+                      if "hf-plain" in results else None)
+        for row, r in results.items():
+            if name not in r:
+                continue
+            m = r[name]
+            tau = m["step_tokens"] / m["steps"] if m["steps"] else None
+            alpha = m["accepted"] / m["drafted"] if m["drafted"] else None
+            pp = "/".join(f"{n / m['drafts']:.2f}" for n in m["per_position"]) if m["drafts"] else "-"
+            ref = hf_per_tok if row == "hf-assisted" else per_tok
+            c = m["draft_seconds"] / m["drafted"] / ref if m["drafted"] and ref and m["draft_seconds"] else None
+            same = "-"
+            if plain and row != "plain":
+                if m["outputs"]:
+                    same = f"{sum(a == b for a, b in zip(m['outputs'], plain['outputs']))}/{len(m['outputs'])}"
+                elif m["texts"]:
+                    want = [tok.decode(o, skip_special_tokens=True).strip() for o in plain["outputs"]]
+                    same = f"{sum(a.strip() == b for a, b in zip(m['texts'], want))}/{len(m['texts'])} (text)"
+            table.add_row(row, f"{rate[row]:.2f}", _fmt(rate[row] / rate["plain"] if rate.get("plain") else None,
+                                                         suffix="x"),
+                          _fmt(rate[row] / rate["hf-plain"] if rate.get("hf-plain") else None, suffix="x"),
+                          _fmt(tau), _fmt(alpha), pp, _fmt(c), same, _fmt(r.get("peak_rss_gb"), ".1f"))
+        console.print(table)
+
+
+def machine() -> str:
+    flags = ""
+    try:
+        info = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("Model name")), "")
+        found = next((line for line in info.splitlines() if line.startswith("Flags")), "").split()
+        flags = " ".join(f for f in found if f.startswith(("avx512_bf16", "avx512f", "avx2", "amx", "avx512_vnni")))
+    except OSError:
+        model = "?"
+    return f"{model}; lscpu flags: {flags or '-'}; {os.cpu_count()} cores"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of {', '.join(ROWS)}")
+    ap.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join(SETS)}")
+    ap.add_argument("--prompts", type=int, default=4, help="prompts per set (at most 5)")
+    ap.add_argument("--new", type=int, default=128, help="most new tokens per request")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", type=Path, help="also write the raw totals here")
+    ap.add_argument("--examples", type=Path, help="a dir with qwen/ (specs, prompt sets) and models/ in place of "
+                    "examples/ (e.g. a tiny pair to try the script)")
+    args = ap.parse_args()
+    if args.examples:
+        os.environ["BENCH_QWEN_EXAMPLES"] = str(args.examples.resolve())
+        global QWEN, TARGET, DRAFT
+        QWEN, TARGET, DRAFT = (args.examples.resolve() / p for p in (
+            "qwen", "models/qwen2.5-coder-1.5b-instruct", "models/qwen2.5-coder-0.5b-instruct"))
+    rows, sets = args.rows.split(","), args.sets.split(",")
+    bad = [r for r in rows if r not in ROWS] + [s for s in sets if s not in SETS]
+    if bad:
+        sys.exit(f"error: unknown row or set {bad[0]!r}\nhint: rows: {', '.join(ROWS)}; sets: {', '.join(SETS)}")
+    if not (TARGET / "trtspec.import.json").is_file() or not (DRAFT / "trtspec.import.json").is_file():
+        sys.exit("error: the Qwen pair is not imported\nhint: run `make qwen`")
+    if any(r.startswith("llamacpp") for r in rows) and importlib.util.find_spec("xllamacpp") is None:
+        print("llama.cpp rows skipped: the xllamacpp wheel is not installed (pip install xllamacpp)")
+        rows = [r for r in rows if not r.startswith("llamacpp")]
+    prompts = {s: jsonl_prompts(QWEN / f"{s}.jsonl", args.prompts) for s in sets}
+    print(machine())
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    results: dict[str, dict] = {}
+    ctx = multiprocessing.get_context("spawn")
+    for row in rows:
+        t = time.perf_counter()
+        try:
+            with ctx.Pool(1) as pool:
+                results[row] = pool.apply(run_row, (row, prompts, args.new, args.threads))
+        except Exception as exc:  # one row's failure (a missing wheel, a server that did not start) is reported
+            print(f"  {row}: failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", flush=True)
+            continue
+        print(f"  {row}: {time.perf_counter() - t:.0f} s, peak RSS {results[row]['peak_rss_gb']:.1f} GB", flush=True)
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    show(results, sets, args)
+    if args.json:
+        args.json.write_text(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

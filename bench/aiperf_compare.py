@@ -61,7 +61,8 @@ def main() -> int:
                          "AIPerf) then run on the others, so that neither side's processes slow the other's")
     ap.add_argument("--server-threads", type=int, default=0, help="the engine's torch threads (0: the spec's)")
     ap.add_argument("--aiperf-arg", action="append", default=[],
-                    help="one more argument for `aiperf profile` (repeat), e.g. --aiperf-arg=--workers-max --aiperf-arg=1")
+                    help="one more argument for `aiperf profile` (repeat), e.g. "
+                         "--aiperf-arg=--workers-max --aiperf-arg=1")
     args = ap.parse_args()
 
     from trtspec.backends import build
@@ -155,7 +156,8 @@ def main() -> int:
         ai = {"ttft_p50_ms": ttft.get("p50"), "ttft_avg_ms": ttft.get("avg"), "itl_p50_ms": itl.get("p50"),
               "itl_avg_ms": itl.get("avg"), "output_tok_s": (thr or {}).get("avg")}
         print(f"{spec.name}: {len(prompts)} prompts x {args.max_tokens} tokens, concurrency 1; server CPUs "
-              f"{sorted(server_cpus)} ({spec.runtime.torch.threads} torch threads), clients' CPUs {sorted(client_cpus)}; "
+              f"{sorted(server_cpus)} ({spec.runtime.torch.threads} torch threads), "
+              f"clients' CPUs {sorted(client_cpus)}; "
               f"load {os.getloadavg()}")
         print(f"{'metric':<14}{'trtspec 1':>11}{'AIPerf':>11}{'trtspec 2':>11}{'AIPerf vs mean':>16}"
               f"{'HTTP probe':>12}{'AIPerf vs HTTP':>16}")

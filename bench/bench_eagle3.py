@@ -96,7 +96,8 @@ def main() -> None:
             rows[name][run] = Meter()
             for ids in id_lists:
                 if i == 0:
-                    rows[name]["plain"].add(engine.generate(ids, SamplingParams(max_new_tokens=args.new, num_draft_tokens=0)))
+                    rows[name]["plain"].add(engine.generate(ids, SamplingParams(max_new_tokens=args.new,
+                                                                                num_draft_tokens=0)))
                 rows[name][run].add(engine.generate(ids, SamplingParams(max_new_tokens=args.new)))
         engine.close()
     if not args.no_served:
@@ -163,7 +164,8 @@ def show(rows, ks, args, before, after) -> None:
             k = ks.get(key.removeprefix("served "), 0)
             cells = [name, key, str(k or "-"), f"{meter.rate:.1f}", f"{x:.2f}x"]
             if meter.drafted:
-                tau, alpha = tokens_per_step(meter.step_tokens, meter.steps), acceptance_rate(meter.accepted, meter.drafted)
+                tau, alpha = (tokens_per_step(meter.step_tokens, meter.steps),
+                              acceptance_rate(meter.accepted, meter.drafted))
                 c = (meter.draft_seconds / meter.drafted) / step_s
                 chain = "tree" not in key
                 e_tau = (1 - alpha ** (k + 1)) / (1 - alpha) if chain and alpha < 1 else tau

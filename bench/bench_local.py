@@ -60,7 +60,8 @@ def load_prompts(models: Path, n: int, tokenizer) -> list[list[int]]:
 
 
 def spec_for(method: str, models: Path, **over):
-    data = tomllib.loads((REPO / "examples" / "demo" / f"{method if method != 'none' else 'draft-model'}.toml").read_text())
+    data = tomllib.loads((REPO / "examples" / "demo"
+                          / f"{method if method != 'none' else 'draft-model'}.toml").read_text())
     data["model"]["target"] = str(models / "target")
     sp = data["speculative"]
     if method == "none":
@@ -182,7 +183,8 @@ def main(argv=None) -> int:
             ideal = e_tau / (kc + 1)
             speed = (n_tokens / t) / rows[0]["tok_s"]
             rows.append(dict(name=f"trtspec {method} (K={K}{', adaptive' if adaptive else ''})", tok_s=n_tokens / t,
-                             speedup=speed, alpha=a, acc=sum(r.accepted for r in res) / max(1, sum(r.drafted for r in res)),
+                             speedup=speed, alpha=a,
+                             acc=sum(r.accepted for r in res) / max(1, sum(r.drafted for r in res)),
                              tau=tau, e_tau=e_tau, kc=kc, ideal=ideal, eff=speed / ideal,
                              same=[r.tokens for r in res] == plain_tokens,
                              verify_ms=1e3 * sum(r.verify_seconds for r in res) / steps,

@@ -157,8 +157,8 @@ def main() -> None:
     after = os.getloadavg()
     table_rows = rows(meters, routes)
     show(f"{spec.name}: plain vs each drafter vs routed, {len(prompts)} prompts ({args.prompts} per class, "
-         f"{args.sets} sets, interleaved), batch {args.batch}, greedy, <= {args.new} new tokens, {args.threads} threads", table_rows,
-         before, after)
+         f"{args.sets} sets, interleaved), batch {args.batch}, greedy, <= {args.new} new tokens, "
+         f"{args.threads} threads", table_rows, before, after)
     if args.json:
         args.json.write_text(json.dumps({"spec": str(args.spec), "batch": args.batch, "new": args.new,
                                          "load_before": before, "load_after": after, "rows": table_rows}, indent=2))

@@ -259,7 +259,8 @@ def test_train_demo_target_trains_only_the_drafters_against_a_copied_target(quic
                                        "family_manifest_matches": True}
     assert new["models"]["draft"]["trainer"]["budget"]["steps_done"] == 2
     assert new["created_by"] == "trtspec models train-demo --quick --target"
-    assert (out / "draft" / "model.safetensors").read_bytes() != (quick_family / "draft" / "model.safetensors").read_bytes()
+    assert ((out / "draft" / "model.safetensors").read_bytes()
+            != (quick_family / "draft" / "model.safetensors").read_bytes())
 
 
 def test_train_demo_target_refuses_a_dir_that_is_no_family_target_and_target_steps(quick_family, tmp_path):

@@ -438,7 +438,8 @@ def test_a_cut_stream_ends_in_band_inside_the_ensemble_and_postprocessing_raises
     assert response.error is None
     names = ModelNames()
     steps = {s.model_name: s for s in ensemble_config(tiny.spec, names).ensemble_scheduling.step}
-    assert steps[names.preprocessing].output_map["IN_BAND_ERRORS"] == steps[names.generation].input_map["in_band_errors"]
+    assert (steps[names.preprocessing].output_map["IN_BAND_ERRORS"]
+            == steps[names.generation].input_map["in_band_errors"])
     to_post = {v: k for k, v in steps[names.postprocessing].input_map.items()}  # ensemble tensor -> post input
     inputs = {to_post[steps[names.generation].output_map[t.name]]: t.array for t in response.outputs
               if steps[names.generation].output_map.get(t.name) in to_post}

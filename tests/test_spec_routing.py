@@ -116,4 +116,5 @@ def test_generate_local_routes_by_task_and_refuses_an_unknown_one():
     out = CliRunner().invoke(main, args + ["--task", "prose"])
     assert out.exit_code == 0 and json.loads(out.output)["drafter"] == "prose"
     bad = CliRunner().invoke(main, args + ["--task", "kode"])
-    assert bad.exit_code != 0 and "error: unknown task 'kode'" in bad.output and "hint: send one of code, prose" in bad.output
+    assert (bad.exit_code != 0 and "error: unknown task 'kode'" in bad.output
+            and "hint: send one of code, prose" in bad.output)

@@ -72,7 +72,8 @@ def test_the_window_matters_and_the_cache_path_keeps_it(tmp_path, case):
 def test_an_unsupported_architecture_is_named_with_the_supported_ones(tmp_path):
     models.save(tmp_path, "llama", seed=1, tokenizer=False)
     cfg = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**cfg, "model_type": "gemma", "architectures": ["GemmaForCausalLM"]}))
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "model_type": "gemma",
+                                                      "architectures": ["GemmaForCausalLM"]}))
     with pytest.raises(ModelError, match="'GemmaForCausalLM'.*not supported") as info:
         Llama.from_dir(tmp_path)
     for name in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"):

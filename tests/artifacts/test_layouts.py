@@ -99,7 +99,8 @@ def test_medusa_num_heads_has_one_error_behaviour_everywhere(fam, tmp_path, valu
 
 def test_medusa_writer_and_reader_round_trip_and_refuse_a_wrong_layout(tmp_path):
     t = {f"{h}.0.linear.weight": torch.ones(4, 4) * h for h in range(2)}
-    t |= {f"{h}.0.linear.bias": torch.zeros(4) for h in range(2)} | {f"{h}.1.weight": torch.ones(7, 4) for h in range(2)}
+    t |= ({f"{h}.0.linear.bias": torch.zeros(4) for h in range(2)}
+          | {f"{h}.1.weight": torch.ones(7, 4) for h in range(2)})
     heads.write_medusa(tmp_path / "m", t, hidden_size=4, vocab_size=7)
     cfg, back = heads.load_medusa(tmp_path / "m")
     assert (cfg.num_heads, cfg.num_layers, cfg.hidden_size, cfg.vocab_size) == (2, 1, 4, 7)

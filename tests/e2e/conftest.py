@@ -95,7 +95,8 @@ def _tiny_specs(root: Path) -> dict[str, Path]:
 
 
 def _tiny_routed(root: Path) -> Path:
-    """The tiny family's routed spec: the near draft for prose, prompt lookup for code (as examples/demo/routed.toml)."""
+    """The tiny family's routed spec: the near draft for prose, prompt lookup for code (as
+    examples/demo/routed.toml)."""
     path = root / "routed.toml"
     path.write_text('schema = 1\n[model]\nname = "e2e-routed"\ntarget = "target"\ndtype = "float32"\n'
                     '[speculative]\nmethod = "routed"\n'

@@ -157,7 +157,8 @@ def test_bad_requests_fail_only_that_request(e2e):
                            ("bogus", np.array([[1]], dtype=np.int32), "INT32")], None, "bogus"),
         "unknown parameter": ([("text_input", text, "BYTES"), ("max_tokens", np.array([[8]], dtype=np.int32), "INT32")],
                               {"bogus": 1}, "unknown parameter 'bogus'"),
-        "too many draft tokens": ([("text_input", text, "BYTES"), ("max_tokens", np.array([[8]], dtype=np.int32), "INT32"),
+        "too many draft tokens": ([("text_input", text, "BYTES"),
+                                   ("max_tokens", np.array([[8]], dtype=np.int32), "INT32"),
                                    ("num_draft_tokens", np.array([[99]], dtype=np.int32), "INT32")], None,
                                   "num_draft_tokens"),
     }

@@ -52,7 +52,8 @@ def test_captured_layers_are_the_outputs_of_those_transformers_layers(pair):
 def test_greedy_identity_with_a_reduced_vocabulary_batch_1_and_4(pair, k, choices):
     root, target, head = pair
     plain = methods.engine(load_spec(write_spec(root, target, head, k=k, choices=choices, name=f"p{k}")))
-    prompts = [torch.randint(1, 90, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (3, 9, 17, 5, 11)]
+    prompts = [torch.randint(1, 90, (n,), generator=torch.Generator().manual_seed(n)).tolist()
+               for n in (3, 9, 17, 5, 11)]
     sp0 = SamplingParams(max_new_tokens=30, num_draft_tokens=0)
     reference = [plain.generate(p, sp0).tokens for p in prompts]
     eng = methods.engine(load_spec(write_spec(root, target, head, k=k, choices=choices, name=f"s{k}")))
@@ -114,7 +115,8 @@ def test_the_sampling_check_catches_a_q_that_is_not_the_drafts(v8, monkeypatch):
     real = Eagle3Proposer._sampled_chain
 
     def wrong_q(self, batch):  # claim uniform q over the vocabulary: min(1, p/q) then accepts the wrong amount
-        return [dataclasses.replace(d, q=torch.full_like(d.q, 1 / 8)) if d.q is not None else d for d in real(self, batch)]
+        return [dataclasses.replace(d, q=torch.full_like(d.q, 1 / 8)) if d.q is not None else d
+                for d in real(self, batch)]
 
     monkeypatch.setattr(Eagle3Proposer, "_sampled_chain", wrong_q)
     sp = SamplingParams(max_new_tokens=3, temperature=0.9, top_k=6, num_draft_tokens=2)

@@ -35,7 +35,8 @@ def test_an_unknown_method_is_refused_as_a_literal_listing_the_names():
     with pytest.raises(SpecError) as err:
         spec_from_dict(_spec(method="medussa"))
     assert err.value.problems == ["speculative.method = 'medussa': Input should be 'draft-model', 'medusa', 'eagle', "
-                                  "'lookahead', 'ngram', 'suffix', 'none' or 'routed' (fix: use one of the allowed values)"]
+                                  "'lookahead', 'ngram', 'suffix', 'none' or 'routed' "
+                                  "(fix: use one of the allowed values)"]
     with pytest.raises(SpecError, match=r"speculative\.method = 3: Input should be 'draft-model'"):
         spec_from_dict(_spec(method=3))
 

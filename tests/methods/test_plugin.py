@@ -1,7 +1,7 @@
 """Adding a method = one module: a toy "repeat-last-token" method registered at test time plugs in through the
-registry alone. The spec accepts it, `check` runs its rules, the torch runtime runs it through methods.engine (greedy output
-identical to plain decoding), and the TensorRT-LLM runtimes, the converter and the build plan refuse it
-cleanly (it declares no engine flags, checkpoint layout or LLM-API drafter)."""
+registry alone. The spec accepts it, `check` runs its rules, the torch runtime runs it through methods.engine
+(greedy output identical to plain decoding), and the TensorRT-LLM runtimes, the converter and the build plan
+refuse it cleanly (it declares no engine flags, checkpoint layout or LLM-API drafter)."""
 
 from __future__ import annotations
 

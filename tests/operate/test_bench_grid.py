@@ -89,7 +89,8 @@ nv_inference_request_success{model="ensemble",version="1"} 4
 # TYPE nv_inference_queue_duration_us counter
 nv_inference_queue_duration_us{model="ensemble",version="1"} 400
 """
-    samples = [(s.name, dict(s.labels), float(s.value)) for f in text_string_to_metric_families(text) for s in f.samples]
+    samples = [(s.name, dict(s.labels), float(s.value))
+               for f in text_string_to_metric_families(text) for s in f.samples]
     out = spec_metrics(samples)
     gen = out["tensorrt_llm"]
     assert gen["method"] == "eagle" and gen["requests"] == 4 and gen["acceptance_rate"] == 0.25

@@ -90,7 +90,8 @@ def _validate(objects):
     for obj in objects:
         if obj["apiVersion"].startswith("monitoring.coreos.com/"):
             ep = obj["spec"]["endpoints"][0]
-            assert obj["kind"] == "ServiceMonitor" and ep["port"] == "metrics" and obj["spec"]["selector"]["matchLabels"]
+            assert (obj["kind"] == "ServiceMonitor" and ep["port"] == "metrics"
+                    and obj["spec"]["selector"]["matchLabels"])
             continue
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
         kinds.append(obj["kind"])

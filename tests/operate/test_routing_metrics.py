@@ -47,7 +47,8 @@ def test_routed_metrics_count_each_request_step_on_its_drafter():
     metrics.observe(SpecDecodingStats([4, 2, 4], [4, 2, 4], [3, 0, 4], [4, 1, 5], 0.01, 0.02, [1, 0, 1]))
     metrics.observe(SpecDecodingStats([2], [2], [2], [3], 0.01, 0.02, [0]))
     text = "\n".join(f.text() for f in _Family.made) + "\n"
-    samples = [(s.name, dict(s.labels), float(s.value)) for f in text_string_to_metric_families(text) for s in f.samples]
+    samples = [(s.name, dict(s.labels), float(s.value))
+               for f in text_string_to_metric_families(text) for s in f.samples]
     row = spec_metrics(samples)["demo-routed"]
     assert row["method"] == "routed" and row["acceptance_rate"] == 9 / 12  # the totals stay the deployment's
     assert row["drafters"] == {
@@ -82,6 +83,7 @@ def test_the_cost_table_is_exported_as_gauges_and_read_back_by_status():
     metrics = module.Metrics("demo-routed", "routed", 4, ["prose", "code"], table)
     metrics.observe(SpecDecodingStats([4], [4], [3], [4], 0.01, 0.02, [1]))
     text = "\n".join(f.text() for f in _Family.made) + "\n"
-    samples = [(s.name, dict(s.labels), float(s.value)) for f in text_string_to_metric_families(text) for s in f.samples]
+    samples = [(s.name, dict(s.labels), float(s.value))
+               for f in text_string_to_metric_families(text) for s in f.samples]
     assert spec_metrics(samples)["demo-routed"]["costs"] == {"verify": {1: 0.01, 2: 0.0125, 5: 0.02},
                                                              "draft": {"prose": 0.004, "code": 0.0001}}

@@ -101,7 +101,8 @@ def naive_eagle(w, cfg, E, tokens: list[int], feats: torch.Tensor) -> torch.Tens
     scores = (q @ k.transpose(1, 2)) / math.sqrt(D) + torch.full((T, T), float("-inf")).triu(1)
     o = (scores.softmax(-1) @ v).transpose(0, 1).reshape(T, nh * D)
     x = x + o @ w[a + "o_proj.weight"].T
-    r = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg["rms_norm_eps"]) * w["layers.0.post_attention_layernorm.weight"]
+    r = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg["rms_norm_eps"])
+         * w["layers.0.post_attention_layernorm.weight"])
     m = "layers.0.mlp."
     return x + (F.silu(r @ w[m + "gate_proj.weight"].T) * (r @ w[m + "up_proj.weight"].T)) @ w[m + "down_proj.weight"].T
 

@@ -110,7 +110,8 @@ def test_a_routed_request_decodes_as_on_its_drafter_alone(routed, data):
     want = [alone[t or "near"].generate(p, sp).tokens for p, sp, t in zip(prompts, sps, tasks)]
     assert [r.tokens for r in eng.generate_batch(prompts, sps, tasks)] == want
     assert [tokens for tokens, _, _ in staggered(_Tasked(eng), list(zip(prompts, tasks)), sps,
-                                                 data.draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)))] == want
+                                                 data.draw(st.lists(st.integers(0, 4),
+                                                                    min_size=n, max_size=n)))] == want
     for p, sp, w in zip(prompts, sps, want):
         if sp.greedy:
             assert w == alone["near"].generate(p, dataclasses.replace(sp, num_draft_tokens=0)).tokens
@@ -150,8 +151,10 @@ def test_sampled_routed_decoding_is_lossless(tmp_path):
               num_key_value_heads=1, initializer_range=0.6, eos_token_id=None, bos_token_id=None)
     family.save_llama(tmp_path / "target", seed=21, **kw)
     family.save_noisy_copy(tmp_path / "target", tmp_path / "draft", noise=0.6, seed=22)
-    subs = [("draft", DraftModelProposer(tmp_path / "draft"), 2, "draft-model"), ("ngram", NgramProposer(2, 2), 2, "ngram")]
-    eng = SpecEngine(Llama.from_dir(tmp_path / "target"), RoutedProposer(subs, Router("task", "draft", {}, ["draft", "ngram"])),
+    subs = [("draft", DraftModelProposer(tmp_path / "draft"), 2, "draft-model"),
+            ("ngram", NgramProposer(2, 2), 2, "ngram")]
+    eng = SpecEngine(Llama.from_dir(tmp_path / "target"),
+                     RoutedProposer(subs, Router("task", "draft", {}, ["draft", "ngram"])),
                      num_draft_tokens=2, max_batch_size=1000, max_input_len=8, max_output_len=8)
     prompt = [1, 2, 1, 2, 1, 2, 1]  # n-grams that match: the ngram rows draft too
     sp = SamplingParams(max_new_tokens=3, temperature=0.9, top_k=6, num_draft_tokens=2)

@@ -64,6 +64,7 @@ def write_spec(root: Path, target: Path, heads: Path, *, k: int = 4, choices=Non
 def write_prompts(path: Path, n: int = 30, seed: int = 3) -> Path:
     """A JSONL prompt set of `n` random 6-word prompts over the tiny vocabulary (the trainers' --data)."""
     g = torch.Generator().manual_seed(seed)
-    path.write_text("".join(json.dumps({"prompt": " ".join(f"w{int(i)}" for i in torch.randint(1, 90, (6,), generator=g))})
+    path.write_text("".join(json.dumps({"prompt": " ".join(f"w{int(i)}"
+                                                           for i in torch.randint(1, 90, (6,), generator=g))})
                             + "\n" for _ in range(n)))
     return path

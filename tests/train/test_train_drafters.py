@@ -73,7 +73,8 @@ def test_each_kind_writes_its_layout_and_a_manifest_with_measured_acceptance(tin
     tcfg = ModelConfig.from_dir(target)
     if kind == "medusa":
         mc, w = layouts.load_medusa(root / kind, tcfg)
-        assert mc.num_heads == 4 and tuple(w["3.1.weight"].shape) == (V, 64) and w["0.0.linear.weight"].dtype == torch.float16
+        assert (mc.num_heads == 4 and tuple(w["3.1.weight"].shape) == (V, 64)
+                and w["0.0.linear.weight"].dtype == torch.float16)
     elif kind == "eagle":
         assert layouts.eagle_version(root / kind) == 1
         _, w = layouts.load_eagle(root / kind, tcfg)
@@ -254,7 +255,8 @@ def test_check_rejects_a_trained_drafter_for_another_target(tiny, tmp_path, kind
                            "limits": {"max_batch_size": 1, "max_input_len": 16, "max_output_len": 8}})
     problems = [str(p) for p in check_pair(spec).problems]
     assert any(what in p for p in problems), problems
-    same = spec_from_dict({**spec.to_dict(), "model": {"name": "x", "target": str(root / "target"), "dtype": "float32"}})
+    same = spec_from_dict({**spec.to_dict(),
+                           "model": {"name": "x", "target": str(root / "target"), "dtype": "float32"}})
     assert not check_pair(same).problems
 
 

@@ -321,7 +321,9 @@ def render_engine_repository_for(spec):
     from trtspec.repository.trtllm import render_engine_repository
 
     method = engine_method(spec)
-    files = render_engine_repository(spec, method, engine_dirs={"target": "/e/target"}, memory=memory_plan(spec, method))
+    files = render_engine_repository(spec, method, engine_dirs={"target": "/e/target"},
+                                     memory=memory_plan(spec, method))
     manifest = json.loads(files["trtspec.repo.json"])
     assert "template_drift" in manifest
-    return {m: text_format.Parse(files[f"{m}/config.pbtxt"], mc.ModelConfig()) for m in ("preprocessing", "tensorrt_llm")}
+    return {m: text_format.Parse(files[f"{m}/config.pbtxt"], mc.ModelConfig())
+            for m in ("preprocessing", "tensorrt_llm")}

@@ -10,10 +10,10 @@
 
 Files: `engines/<name>/trtspec.lock.json` (builds), `<checkpoint>/trtspec.convert.json` (conversions),
 `model_repository/<name>/trtspec.repo.json` (TensorRT-LLM repositories), `examples/models/MANIFEST.json`
-(the demo family), `<checkpoint>/trtspec.import.json` (GGUF imports, artifacts/gguf.py), `<drafter>/trtspec.train.json` (drafters
-trained by `trtspec train`: data, budget, losses, measured acceptance). Written atomically. A rendered repository's manifest has `created: None`: it is part of
-the rendered files, whose digest decides whether the repository is written again, so equal renders must be
-equal bytes.
+(the demo family), `<checkpoint>/trtspec.import.json` (GGUF imports, artifacts/gguf.py), `<drafter>/trtspec.train.json`
+(drafters trained by `trtspec train`: data, budget, losses, measured acceptance). Written atomically. A rendered
+repository's manifest has `created: None`: it is part of the rendered files, whose digest decides whether the
+repository is written again, so equal renders must be equal bytes.
 
 Reading is tolerant: a missing, unreadable or foreign file reads as None and whatever it described is made
 again; a file from before this shape (no "kind") is returned as it is, so its own keys still answer (old

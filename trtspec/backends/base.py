@@ -81,7 +81,8 @@ class Backend:
         if caps.gpu and gpu.type == "cpu":
             cpu = [b.name for b in backends.registered() if not b.capabilities.gpu]
             p.append(Problem("gpu.type", gpu.type, f"runtime '{self.name}' needs a GPU",
-                             "set gpu.type = \"h100\" or \"h200\"" + (f", or runtime.kind = \"{cpu[0]}\"" if cpu else "")))
+                             "set gpu.type = \"h100\" or \"h200\""
+                             + (f", or runtime.kind = \"{cpu[0]}\"" if cpu else "")))
         if rt.device not in caps.devices:
             where = " or ".join(DEVICE_NAMES.get(d, d) for d in caps.devices)
             p.append(Problem("runtime.device", rt.device, f"runtime '{self.name}' runs on {where} only",

@@ -1,4 +1,5 @@
-"""Load-aware benchmark: a concurrency x K grid measured in one run (`trtspec bench --concurrency ... --num-draft-tokens ...`).
+"""Load-aware benchmark: a concurrency x K grid measured in one run
+(`trtspec bench --concurrency ... --num-draft-tokens ...`).
 
 Each grid point sends the same prompts with `concurrency` clients at once (closed loop: a client sends its
 next request when its previous one ended), every request with one fixed K (`num_draft_tokens`; 0 = no

@@ -116,7 +116,8 @@ def _count_options(command):
 
 @models.command("train-demo")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("examples/models"),
-              show_default=True, envvar="TRTSPEC_DEMO_OUT", help="Directory to write the family to (replaced atomically).")
+              show_default=True, envvar="TRTSPEC_DEMO_OUT",
+              help="Directory to write the family to (replaced atomically).")
 @click.option("--target", type=click.Path(file_okay=False, path_type=Path), default=None,
               envvar="TRTSPEC_DEMO_TARGET",
               help="Train only the drafters, against this existing family target (e.g. examples/models/target): "

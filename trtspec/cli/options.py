@@ -12,7 +12,8 @@ config_option = click.option(
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 
-runtime_option = click.option("--runtime", type=click.Choice(backends.kinds()), help="Override runtime.kind of the spec.")
+runtime_option = click.option("--runtime", type=click.Choice(backends.kinds()),
+                              help="Override runtime.kind of the spec.")
 
 
 def with_runtime(spec, runtime: str | None):

@@ -1,4 +1,5 @@
-"""`trtspec train eagle3 | eagle | medusa | draft-model`: train a drafter for the spec's target (trtspec.train.drafters)."""
+"""`trtspec train eagle3 | eagle | medusa | draft-model`: train a drafter for the spec's target
+(trtspec.train.drafters)."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ def _common(f):
         click.option("--batch-tokens", type=click.IntRange(64), default=4096, show_default=True,
                      help="Padded tokens per optimizer step."),
         click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--threads", type=click.IntRange(1), help="torch intra-op threads (default: runtime.torch.threads)."),
+        click.option("--threads", type=click.IntRange(1),
+                     help="torch intra-op threads (default: runtime.torch.threads)."),
         click.option("--work", type=click.Path(file_okay=False, path_type=Path),
                      help="Work dir for the data, features and checkpoints (default: .trtspec/train/<out name>); "
                           "another kind's work dir reuses its data and features."),

@@ -69,7 +69,8 @@ def tune(config, local, url, model, prompts_file, concurrency, ks, num_prompts, 
         target = resolve_url(url, config)
     common = dict(max_tokens=max_tokens, url=target, model=model, options=grpc_options,
                   metrics_url=None if local else _metrics_url(spec, url, None))
-    with console.status("tuning: sweeping concurrency x K", spinner="dots") if not as_json else contextlib.nullcontext():
+    with (console.status("tuning: sweeping concurrency x K", spinner="dots") if not as_json
+          else contextlib.nullcontext()):
         grid = load.measure(spec, prompts, concurrencies, [*k_list, None], **common)
     schedule = tuning.best_schedule(grid, spec)
     before = {c: grid.point(c, None) for c in concurrencies}
@@ -84,7 +85,8 @@ def tune(config, local, url, model, prompts_file, concurrency, ks, num_prompts, 
             data = spec.to_dict()
             data["speculative"]["schedule"] = {str(b): k for b, k in schedule.items()}
             after_spec = spec_from_dict(data, source=spec.source)
-        with console.status("tuning: measuring the tuned spec", spinner="dots") if not as_json else contextlib.nullcontext():
+        with (console.status("tuning: measuring the tuned spec", spinner="dots") if not as_json
+              else contextlib.nullcontext()):
             after_grid = load.measure(after_spec, prompts, concurrencies, [0, None], **common)
         after = {c: after_grid.point(c, None) for c in concurrencies}
         base_after = {c: after_grid.point(c, 0) for c in concurrencies}

@@ -99,8 +99,8 @@ def _config_and_ranks(job: ConvertJob) -> tuple[dict[str, Any], Callable[[int, i
     sd = load_weights(job.model_dir, error=ConvertError)
     dtype = hf.torch_dtype(job.dtype)
     mapping = job.mapping
-    config, head = (llama_tensors.base_config(shape, job.dtype, mapping, shape.architecture), None) if job.kind == LLAMA \
-        else layout(job.kind).write(job, shape, sd, dtype)
+    config, head = ((llama_tensors.base_config(shape, job.dtype, mapping, shape.architecture), None)
+                    if job.kind == LLAMA else layout(job.kind).write(job, shape, sd, dtype))
 
     def ranks(rank, t, p):
         w = llama_tensors.base_rank_weights(sd, shape, mapping, t, p, dtype, where)

@@ -45,7 +45,8 @@ class EagleProposer(HeadProposer):
 
         t = target.cfg
         cfg, w = layouts.load_eagle(self.path, t)  # fits the target; tensors without a "model." prefix
-        layer = dataclasses.replace(cfg, num_layers=1, tie_word_embeddings=True).num_params - t.vocab_size * t.hidden_size
+        layer = (dataclasses.replace(cfg, num_layers=1, tie_word_embeddings=True).num_params
+                 - t.vocab_size * t.hidden_size)
         head = 2 * t.hidden_size * t.hidden_size + t.vocab_size * t.hidden_size  # fc + the LM head copy
         dt, wdt = target.dtype, self.weight_dtype or draft_dtype(target.dtype, self.device, 4 * (layer + head))
         self.fc = Linear(w["fc.weight"].to(device=self.device, dtype=dt),
@@ -158,7 +159,8 @@ class EagleProposer(HeadProposer):
             tok = torch.zeros(B, T, dtype=torch.long, device=self.device)
             fin = torch.zeros(B, T, feat.shape[-1], dtype=feat.dtype, device=self.device)
             S = max(nxt) + T
-            mask = torch.arange(S, device=self.device)[None, None, :] < torch.tensor(base, device=self.device)[:, None, None]
+            mask = (torch.arange(S, device=self.device)[None, None, :]
+                    < torch.tensor(base, device=self.device)[:, None, None])
             mask = mask.expand(B, T, S).clone()
             pos = torch.zeros(B, T, dtype=torch.long, device=self.device)
             for b, js in enumerate(feed):

@@ -71,7 +71,8 @@ class Eagle3Net:
     def new_cache(self, batch: int, max_seq: int):
         from trtspec.runtime.cache import KVCache
 
-        return KVCache(1, batch, self.cfg.num_kv_heads, max_seq, self.cfg.head_dim, dtype=self.dtype, device=self.device)
+        return KVCache(1, batch, self.cfg.num_kv_heads, max_seq, self.cfg.head_dim, dtype=self.dtype,
+                       device=self.device)
 
     def forward(self, tokens: torch.Tensor, hidden: torch.Tensor, cache, inp: StepInputs) -> torch.Tensor:
         """tokens [B, T] (x_{t+1}), hidden [B, T, H] -> the layer's outputs o_t [B, T, H] (K/V written)."""
@@ -208,7 +209,8 @@ def weight_problems(heads: Path, target: ModelConfig) -> list[Problem]:
     c, H = cfg.layer, cfg.layer.hidden_size
     want = {"fc.weight": [H, 3 * cfg.target_hidden_size], "lm_head.weight": [cfg.draft_vocab_size, H],
             "d2t": [cfg.draft_vocab_size], "t2d": [c.vocab_size], "norm.weight": [H],
-            "midlayer.self_attn.q_proj.weight": [c.q_size, 2 * H], "midlayer.self_attn.k_proj.weight": [c.kv_size, 2 * H],
+            "midlayer.self_attn.q_proj.weight": [c.q_size, 2 * H],
+            "midlayer.self_attn.k_proj.weight": [c.kv_size, 2 * H],
             "midlayer.mlp.gate_proj.weight": [c.intermediate_size, H]}
     found = {k.removeprefix("model."): v for k, v in shapes.items()}
     for name in layouts.EAGLE3_TENSORS:

@@ -77,7 +77,8 @@ class NgramProposer(Proposer):
         return []
 
     def propose(self, batch: ProposalBatch) -> list[Draft]:
-        return [trie(self.candidates(b, seq, k)) if k else EMPTY for b, (seq, k) in enumerate(zip(batch.seqs, batch.ks))]
+        return [trie(self.candidates(b, seq, k)) if k else EMPTY
+                for b, (seq, k) in enumerate(zip(batch.seqs, batch.ks))]
 
 
 class Ngram(Method):

@@ -142,4 +142,5 @@ class Routed(Method):
         subs = [(name, m.proposer(sub, device), sub.speculative.num_draft_tokens if m.drafts else 0, m.name)
                 for name, m, sub in self.drafters(spec)]
         r = spec.speculative.router
-        return RoutedProposer(subs, Router(r.kind, r.default, dict(r.routes), [d.name for d in spec.speculative.drafters]))
+        return RoutedProposer(subs, Router(r.kind, r.default, dict(r.routes),
+                                           [d.name for d in spec.speculative.drafters]))

@@ -152,7 +152,8 @@ class SuffixProposer(Proposer):
 
     def __init__(self, max_depth: int = 24, max_spec_factor: float = 1.0, max_spec_offset: float = 0.0,
                  min_token_prob: float = 0.1, cache_requests: int = 0, cache_tokens: int = 1 << 20):
-        self.depth, self.factor, self.offset, self.min_prob = max_depth, max_spec_factor, max_spec_offset, min_token_prob
+        self.depth, self.factor, self.offset, self.min_prob = (max_depth, max_spec_factor, max_spec_offset,
+                                                               min_token_prob)
         self.cache = OutputCache(max_depth, cache_requests, cache_tokens) if cache_requests > 0 else None
 
     def setup(self, target, max_batch: int, max_seq: int, k: int) -> DraftPlan:

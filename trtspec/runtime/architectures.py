@@ -3,12 +3,12 @@
 Llama, Mistral, Qwen2/2.5 and Qwen3 are one decoder (runtime/llama.py: RMSNorm, rotary attention with GQA,
 SiLU-gated MLP); what differs is a handful of options, read here from the checkpoint's `model_type`:
 
-| model_type | HF class           | q/k/v bias           | o bias         | MLP bias   | q/k RMSNorm | sliding window            |
-|------------|--------------------|----------------------|----------------|------------|-------------|---------------------------|
-| llama      | LlamaForCausalLM   | config.attention_bias| attention_bias | mlp_bias   | no          | no                        |
-| mistral    | MistralForCausalLM | no                   | no             | no         | no          | config.sliding_window     |
-| qwen2      | Qwen2ForCausalLM   | always               | no             | no         | no          | per layer (`layer_types`) |
-| qwen3      | Qwen3ForCausalLM   | config.attention_bias| attention_bias | no         | yes         | per layer (`layer_types`) |
+|model_type|HF class          |q/k/v bias           |o bias        |MLP bias|q/k RMSNorm|sliding window           |
+|----------|------------------|---------------------|--------------|--------|-----------|-------------------------|
+|llama     |LlamaForCausalLM  |config.attention_bias|attention_bias|mlp_bias|no         |no                       |
+|mistral   |MistralForCausalLM|no                   |no            |no      |no         |config.sliding_window    |
+|qwen2     |Qwen2ForCausalLM  |always               |no            |no      |no         |per layer (`layer_types`)|
+|qwen3     |Qwen3ForCausalLM  |config.attention_bias|attention_bias|no      |yes        |per layer (`layer_types`)|
 
 (what transformers' modeling_{llama,mistral,qwen2,qwen3}.py build). A bias the architecture does not have is
 not read even when the checkpoint holds one, as transformers ignores it; one it has must be there.

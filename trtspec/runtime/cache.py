@@ -124,8 +124,8 @@ def branch_inputs(lengths: list[int], parents: list[tuple[int, ...]], branches: 
                   device="cpu") -> StepInputs:
     """Rows of [pending token, draft tree, branch inputs] (a branch: proposer.Branch or None): the tree as in
     tree_inputs, each branch input at position length + its depth, seeing the row's committed slots, the
-    pending token and branch inputs it lists, and itself (Lookahead decoding's one attention mask for both branches, LADE
-    `j_make_causal_mask_multilevel`). Padding inputs attend to themselves only."""
+    pending token and branch inputs it lists, and itself (Lookahead decoding's one attention mask for both branches,
+    LADE `j_make_causal_mask_multilevel`). Padding inputs attend to themselves only."""
     pos, vis = [], []
     for ps, br in zip(parents, branches):
         depth, v = branch_structure(tuple(ps), None if br is None else (br.depths, br.sees), T)

@@ -50,9 +50,9 @@ def target_weight_dtype(dtype: str | torch.dtype, device: str | torch.device) ->
     """The dtype of the target's matmul weights on CPU when the spec serves a 16-bit dtype: bfloat16 on CPUs
     that multiply it natively (avx512_bf16/AMX, through oneDNN in fixed row blocks, runtime/linear.py, so a
     verify row computes the bits of its decode step and spec and plain decoding stay token-identical), halving
-    the memory traffic of a memory-bound decode; None (= the compute dtype, float32) otherwise. Measured on the project's CPUs
-    without native bf16 (AVX2, 2 threads, SmolLM2-135M): a bf16 GEMV is slower than fp32 oneDNN; an fp16 GEMV
-    is 1.7x faster for one row (LM head 2.8 vs 4.8 ms) but 2-5x slower for the 2..40-row passes (verify,
+    the memory traffic of a memory-bound decode; None (= the compute dtype, float32) otherwise. Measured on
+    the project's CPUs without native bf16 (AVX2, 2 threads, SmolLM2-135M): a bf16 GEMV is slower than fp32 oneDNN; an
+    fp16 GEMV is 1.7x faster for one row (LM head 2.8 vs 4.8 ms) but 2-5x slower for the 2..40-row passes (verify,
     prefill: no oneDNN fp16 there) and rounds differently from them, so fp32 serves there.
     `TRTSPEC_TARGET_DTYPE=float32|bfloat16` forces a choice."""
     forced = os.environ.get("TRTSPEC_TARGET_DTYPE")

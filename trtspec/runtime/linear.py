@@ -120,7 +120,8 @@ def _probe(packed, shape: tuple[int, int], dtype: torch.dtype) -> tuple[int, int
 
 
 def _onednn_pack(w: torch.Tensor):
-    if w.device.type != "cpu" or w.dtype not in (torch.float32, torch.bfloat16) or not torch.backends.mkldnn.is_available():
+    if (w.device.type != "cpu" or w.dtype not in (torch.float32, torch.bfloat16)
+            or not torch.backends.mkldnn.is_available()):
         return None
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(w, None)

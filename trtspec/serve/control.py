@@ -226,7 +226,8 @@ def spec_metrics(samples: list[tuple[str, dict[str, str], float]]) -> dict[str, 
 def _drafter_row(d: dict[str, float]) -> dict[str, Any]:
     """One drafter of a routed deployment: its steps, tokens and acceptance (spec_dec_drafter_* families)."""
     steps = d.get("spec_dec_drafter_steps_total", 0.0)
-    drafted, accepted = d.get("spec_dec_drafter_draft_tokens_total", 0.0), d.get("spec_dec_drafter_accepted_tokens_total", 0.0)
+    drafted, accepted = (d.get("spec_dec_drafter_draft_tokens_total", 0.0),
+                         d.get("spec_dec_drafter_accepted_tokens_total", 0.0))
     return {"steps": int(steps), "draft_tokens": int(drafted), "accepted_tokens": int(accepted),
             "acceptance_rate": acceptance_rate(accepted, drafted),
             "tokens_per_step": tokens_per_step(d.get("spec_dec_drafter_emitted_tokens_total", 0.0), steps)}

@@ -77,8 +77,9 @@ def run_command(argv: list[str], *, label: str, log_path: Path, timeout_s: float
         with open(log_path, "w", encoding="utf-8") as log:
             log.write(f"$ {' '.join(argv)}\n")
             try:
-                proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        start_new_session=True, env={**os.environ, **(env or {})})
+                proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True,
+                                        env={**os.environ, **(env or {})})
             except OSError as exc:
                 raise BuildError(f"cannot start `{argv[0]}`: {exc}",
                                  hint=_INSTALL_HINT.format(version=version, image=image)) from None

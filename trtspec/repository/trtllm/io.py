@@ -1,7 +1,7 @@
 """Inputs/outputs of the `inflight_batcher_llm` models, as the templates of TensorRT-LLM's Triton
 backend declare them (`triton_backend/all_models/inflight_batcher_llm/*/config.pbtxt`, in
-triton-inference-server/tensorrtllm_backend and NVIDIA/TensorRT-LLM's `triton_backend/` on their main branches). The python models' `model.py`
-(from the container) look tensors up by these names, so they are reproduced exactly.
+triton-inference-server/tensorrtllm_backend and NVIDIA/TensorRT-LLM's `triton_backend/` on their main branches). The
+python models' `model.py` (from the container) look tensors up by these names, so they are reproduced exactly.
 
 Compact rows: (name, type, dims, flags) with flags  o = optional, r = reshape to [ ],
 g = allow_ragged_batch. `LOGITS` / `PROMPT_TABLE` / `ENCODER_FEATURES` stand for the

@@ -161,7 +161,7 @@ def launch_script(cmd: list[str], name: str) -> str:
     """The bundle's launch.sh (the image's CMD): binds $TRTSPEC_BIND_HOST (127.0.0.1 when unset; a
     container published with `docker -p` needs 0.0.0.0, and says so), restricts the model-repository
     API to $TRTSPEC_ADMIN_KEY (pass it as a secret; a random key when unset keeps the API closed)."""
-    return f"""#!/usr/bin/env bash
+    return (f"""#!/usr/bin/env bash
 # written by trtspec: serves {name}
 #   {BIND_HOST_ENV}  address to bind (default 127.0.0.1; 0.0.0.0 to publish the ports with docker -p)
 #   {ADMIN_KEY_ENV}  key of the model-repository API (header trtspec-admin-key), from a secret;
@@ -172,18 +172,19 @@ if [ -z "${{{ADMIN_KEY_ENV}:-}}" ]; then
 fi
 case "${{{BIND_HOST_ENV}:-127.0.0.1}}" in
   127.*|::1|localhost) ;;
-  *) echo "warning: binding {BIND_HOST_ENV}=${{{BIND_HOST_ENV}}}: reachable from other machines; inference has no authentication (use a firewall or an authenticating proxy)" >&2 ;;
+  *) echo "warning: binding {BIND_HOST_ENV}=${{{BIND_HOST_ENV}}}: reachable from other machines; """
+            f"""inference has no authentication (use a firewall or an authenticating proxy)" >&2 ;;
 esac
 exec {launch_shell(cmd)}
-"""
+""")
 
 
 def launch_script_command(spec: Spec, method: EngineMethod, repo_dir: str | Path) -> list[str]:
     """The equivalent call of the container's launch_triton_server.py for an engine repository (returns at
     once; for docs/CMD)."""
     cmd = ["python3", CONTAINER_LAUNCH, f"--model_repo={Path(repo_dir)}",
-           f"--world_size={mpirun_world_size(spec, method)}", f"--http_port={spec.serving.http_port}", f"--grpc_port={spec.serving.grpc_port}",
-           f"--metrics_port={spec.serving.metrics_port}"]
+           f"--world_size={mpirun_world_size(spec, method)}", f"--http_port={spec.serving.http_port}",
+           f"--grpc_port={spec.serving.grpc_port}", f"--metrics_port={spec.serving.metrics_port}"]
     if method.draft_engine(spec):
         cmd += ["--multi-model", f"--tensorrt_llm_model_name={TARGET},{DRAFT}"]
         if method.fast_logits(spec):

@@ -38,7 +38,8 @@ def _path(raw: str, root: Path, key: str) -> str:
     path = path if path.is_absolute() else Path(os.path.normpath(root / path))
     if not path.is_dir():
         raise RuntimeError(f"model.yaml {key}: checkpoint dir {path} not found (written {raw!r}; relative paths "
-                           f"are relative to the model repository {root}; the variable {CHECKPOINT_ENV} overrides them)")
+                           f"are relative to the model repository {root}; the variable {CHECKPOINT_ENV} "
+                           "overrides them)")
     return str(path)
 
 

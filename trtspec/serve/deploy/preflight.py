@@ -17,7 +17,8 @@ def _http_url(url: str) -> str:
     try:
         return normalize_url(url)
     except TrtspecError:
-        raise DeployError(f"bad server address {url!r}", hint="pass --url HOST:HTTP_PORT (Triton's HTTP port)") from None
+        raise DeployError(f"bad server address {url!r}",
+                          hint="pass --url HOST:HTTP_PORT (Triton's HTTP port)") from None
 
 
 def _check_server(url: str) -> None:

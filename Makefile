@@ -34,6 +34,7 @@ demo: install smollm2
 	@bash examples/demo/run.sh
 
 test: install smollm2
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -ra
 
 test-all: install smollm2

@@ -9,6 +9,7 @@ matmul weights a 16-bit spec gets on CPUs with native bf16 (runtime/dtypes.py), 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -227,3 +228,24 @@ def test_a_draft_model_drafter_runs_through_the_fused_kernel(arch, drafter):
         quantize_proposer(p, "int8", target)
     names = {lw.fused[0]._qualified_op_name for lw in p.model.layers}
     assert names == {"trtspec::decode_layer_bf16" if drafter == "bfloat16" else "trtspec::decode_layer_int8"}
+
+
+def test_a_lock_left_by_a_killed_build_does_not_hang_the_next_one(tmp_path, monkeypatch, caplog):
+    """torch's cpp_extension waits without end on a `lock` file in the build dir; a build killed midway leaves
+    one. The next build must remove it (its own flock proves nobody holds it) before torch looks."""
+    import torch.utils.cpp_extension as ext
+
+    monkeypatch.setenv("TRTSPEC_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.delenv("TRTSPEC_FUSED", raising=False)
+    where = fused.build_dir(fused.build_name())
+    (where / "lock").write_text("")  # what a killed build leaves
+    seen = []
+    monkeypatch.setattr(ext, "load", lambda **kw: seen.append((Path(kw["build_directory"]) / "lock").exists()))
+    fused.available.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="trtspec.runtime.fused"):
+            fused.available()
+    finally:
+        fused.available.cache_clear()
+    assert seen == [False], "torch would have waited forever on the leftover lock"
+    assert "left by a kernel build that was killed" in caplog.text

@@ -9,17 +9,20 @@ oneDNN's prepacked linear (bfloat16 weights with bf16 activations, or float32: t
 Linear uses, in the same row blocks, which keep it row-exact) for the matmuls.
 
 How it is built: `torch.utils.cpp_extension.load` (the system's C++ compiler and ninja) into a private (0700)
-directory under `$TRTSPEC_KERNEL_CACHE` (default `$XDG_CACHE_HOME` or `~/.cache`, then `trtspec/kernels`; the
-temp dir, per user, where that is not writable), named by the source's hash, the torch version
-and the CPU's flags (it is compiled for this CPU: `-march=native`), so a cached build is never used on another
-CPU or torch; concurrent builds wait on torch's lock. ~10-30 s the first time (`make install` and a CPU
-`trtspec build` do it, so a server does not compile at model load), a load after. Where it cannot be built (no
-compiler), `available()` is False with the reason logged once, and the runtime keeps its torch path: same
-models (float32 within 1e-4, int8 up to bf16 rounding), slower. `TRTSPEC_FUSED=0` turns it off.
+directory under `$TRTSPEC_KERNEL_CACHE` (default `$XDG_CACHE_HOME` or `~/.cache`, then `trtspec/kernels`; the temp
+dir, per user, where that is not writable), named by the source's hash, the torch version and the CPU's flags (it is
+compiled for this CPU: `-march=native`), so a cached build is never used on another CPU or torch; concurrent builds
+wait on an flock, which the OS releases when its holder dies, so a build killed midway (Ctrl-C, the OOM killer)
+cannot leave a lock that hangs every later build (torch's own lock file can). ~10-30 s the first time (`make
+install` and a CPU `trtspec build` do it, so a server does not compile at model load), a load after. Where it cannot
+be built (no compiler), `available()` is False with the reason logged once, and the runtime keeps its torch path:
+same models (float32 within 1e-4, int8 up to bf16 rounding), slower. `TRTSPEC_FUSED=0` turns it off.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import logging
@@ -96,12 +99,30 @@ def available() -> bool:
         if not any(where.glob(f"{name}*.so")):
             print(f"trtspec: compiling the fused CPU decode kernel into {where} (once per machine, ~30 s)",
                   file=sys.stderr, flush=True)
-        load(name=name, sources=[str(SOURCE)], extra_cflags=FLAGS, build_directory=str(where),
-             is_python_module=False, verbose=False)
+        with _build_lock(where):
+            load(name=name, sources=[str(SOURCE)], extra_cflags=FLAGS, build_directory=str(where),
+                 is_python_module=False, verbose=False)
         return all(hasattr(torch.ops.trtspec, op) for op in OPS)
     except Exception as e:  # noqa: BLE001 — any build failure means: keep the torch path
         log.warning("trtspec: the fused CPU decode kernel is unavailable (%s); using the torch path", _reason(e))
         return False
+
+
+@contextlib.contextmanager
+def _build_lock(where: Path):
+    """Holds an flock on `where` while torch builds or loads there. torch's `cpp_extension` waits, without end,
+    on a file named `lock` that a killed build leaves behind; every trtspec build holds this flock first, so a
+    `lock` found while holding it is such a leftover, and is removed."""
+    with open(where / "build.flock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            stale = where / "lock"
+            if stale.exists():
+                log.warning("trtspec: removing %s, left by a kernel build that was killed", stale)
+                stale.unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _reason(e: Exception) -> str:

@@ -26,10 +26,10 @@ def test_every_method_has_its_spec():
 def test_the_spec_serves_the_pair(path: Path):
     spec = load_spec(path)
     assert spec.speculative.method == METHODS[path.stem]
-    assert Path(spec.model.target).resolve() == TARGET and spec.model.dtype == "bfloat16"
+    assert Path(spec.model.target).resolve() == TARGET.resolve() and spec.model.dtype == "bfloat16"
     assert spec.model.quantization == ("int8" if path.stem in ("plain-int8", "draft-model-int8") else None)
     if spec.speculative.method == "draft-model":
-        assert Path(spec.speculative.draft).resolve() == DRAFT and spec.speculative.num_draft_tokens == 4
+        assert Path(spec.speculative.draft).resolve() == DRAFT.resolve() and spec.speculative.num_draft_tokens == 4
         assert spec.speculative.draft_quantization == ("int8" if "int8" in path.stem else None)
 
 

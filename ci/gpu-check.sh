@@ -46,6 +46,8 @@ if [ -n "$missing" ]; then
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 [ -f "$ROOT/examples/models/target/config.json" ] || die "the demo family is missing (examples/models)"
+# The demo family's weights travel packed (examples/packed/); restored here, a no-op when they are there.
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m trtspec.artifacts.packed unpack || die "cannot restore examples/models"
 
 args=("$@")
 [[ " ${args[*]:-} " == *" --device "* ]] || args=(--device cuda "${args[@]}")

@@ -20,6 +20,12 @@ if "TRTSPEC_COST_TABLE" not in os.environ:
     os.environ["TRTSPEC_COST_TABLE"] = os.path.join(_dir, "nominal.json")
     atexit.register(shutil.rmtree, _dir, True)
 
+# The shipped weights travel packed; `make install` restores them, and so does a plain `pytest` (a no-op when
+# they are there).
+from trtspec.artifacts import packed  # noqa: E402
+
+packed.unpack(log=lambda line: None)
+
 # The heavy modules every test session loads (torch, transformers' Llama, the runtime) hold ~10^6 objects that
 # never die; each full (generation-2) collection walked them all: ~12 % of an in-process test's time (measured on
 # tests/runtime/test_engine.py). Frozen, the collector skips them.

@@ -65,14 +65,19 @@ def read_json_object(path: Path, what: str = "checkpoint", error: type[TrtspecEr
 
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (temp file in the same folder, then rename), readable like any written file."""
+    write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+
+
+def write_bytes(path: Path, data: bytes, mode: int | None = None) -> None:
+    """Write `data` atomically: a temp file in the same folder (created with its parents), then a rename; the
+    file gets `mode`, by default what a plain `open(..., "w")` makes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.chmod(tmp, file_mode())
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, file_mode() if mode is None else mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -12,11 +12,10 @@ them, validated before it is written, and written atomically.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import tomllib
 from pathlib import Path
 
+from trtspec.artifacts import fs
 from trtspec.bench.load import Grid
 from trtspec.check import spec_from_dict
 from trtspec.errors import SpecError
@@ -92,13 +91,5 @@ def write_schedule(path: Path, schedule: dict[int, int]) -> Spec:
         raise SpecError(f"{path}: the written schedule reads back as {spec.speculative.schedule}, not {schedule}",
                         hint="report this: tomlkit wrote the table differently")
     mode = path.stat().st_mode & 0o7777
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    fs.write_bytes(path, text.encode(), mode)
     return spec

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import click
 
+from trtspec.artifacts import fs
 from trtspec.cli.options import config_option, json_option
 
 
@@ -82,18 +82,8 @@ def k8s(config, image, namespace, replicas, max_replicas, queue_target_us, shm, 
     if not output:
         click.echo(text, nl=False)
         return
-    import tempfile
-
     path = Path(output)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o600)  # it holds the admin key
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    fs.write_bytes(path, text.encode(), 0o600)  # it holds the admin key
     click.echo(f"wrote {path}", err=True)
 
 

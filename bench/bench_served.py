@@ -16,6 +16,8 @@ first with `num_draft_tokens = 0` (plain decoding in the same engine), then with
   tok/step      tokens per verify step (server-reported)
   TTFT ms       mean time to first text, speculation on
   same          every speculative text identical to the plain one
+  v(K+1)/v(1)   the engine's measured cost of a pass over K + 1 rows, in one-row decode steps (runtime/costs.py)
+  c             its measured draft step, in one-row decode steps: what adaptive K prices its options with
 
 A script that prints a table, never a test: timings depend on the machine and its load.
 """
@@ -42,6 +44,7 @@ from trtspec.client import generate_remote  # noqa: E402
 from trtspec.repository.torch_repo import ModelNames, emit_torch_repository  # noqa: E402
 from trtspec.runtime.stats import tokens_per_step  # noqa: E402
 from trtspec.serve import TritonServer  # noqa: E402
+from trtspec.serve.control import scrape, spec_metrics  # noqa: E402
 
 METHODS = ["draft-model", "eagle", "medusa", "lookahead"]
 FALLBACK_PROMPTS = ["def parse_args(argv):\n    ", "import os\nimport sys\n\n\ndef main():\n", "class Cache:\n    ",
@@ -120,13 +123,21 @@ def main(argv=None) -> int:
                          "spec_tok_s": spec_run["tok_s"], "ratio": spec_run["tok_s"] / plain["tok_s"],
                          "acceptance": spec_run["acceptance"], "tokens_per_step": spec_run["tokens_per_step"],
                          "ttft_ms": spec_run["ttft_ms"], "same": spec_run["texts"] == plain["texts"]})
+        served = spec_metrics(scrape(server.metrics_url))
+    for r in rows:  # the cost table each engine measured at load, which adaptive K prices its options with
+        spec = specs[r["method"]][0]
+        costs = (served.get(spec.name) or {}).get("costs") or {"verify": {}, "draft": {}}
+        verify, one = costs["verify"], costs["verify"].get(1)
+        r["verify_k1"] = verify.get(r["K"] + 1, float("nan")) / one if one else float("nan")
+        r["c"] = max(costs["draft"].values(), default=float("nan")) / one if one else float("nan")
     header = f"{'method':<12} {'K':>2} {'plain tok/s':>11} {'spec tok/s':>10} {'ratio':>6} {'accept':>6} " \
-             f"{'tok/step':>8} {'TTFT ms':>7} {'same':>5}"
+             f"{'tok/step':>8} {'TTFT ms':>7} {'same':>5} {'v(K+1)/v(1)':>11} {'c':>5}"
     print(header)
     print("-" * len(header))
     for r in rows:
         print(f"{r['method']:<12} {r['K']:>2} {r['plain_tok_s']:>11.1f} {r['spec_tok_s']:>10.1f} {r['ratio']:>5.2f}x "
-              f"{r['acceptance']:>6.2f} {r['tokens_per_step']:>8.2f} {r['ttft_ms']:>7.1f} {str(r['same']):>5}")
+              f"{r['acceptance']:>6.2f} {r['tokens_per_step']:>8.2f} {r['ttft_ms']:>7.1f} {str(r['same']):>5} "
+              f"{r['verify_k1']:>11.2f} {r['c']:>5.2f}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
     return 0

@@ -62,6 +62,41 @@ def test_the_env_var_injects_a_table_and_a_bad_file_is_named(tmp_path, monkeypat
         costs.from_env()
 
 
+def test_measure_keeps_the_least_of_its_rounds(monkeypatch):
+    """Interference only adds time: one slow round (another model loading) must not move the table."""
+    clock = [0.0]
+    rounds = {1: iter([9.0, 1.0, 1.1, 5.0, 1.0, 1.2]), 5: iter([9.0, 1.3, 4.0, 1.2, 6.0, 1.25])}  # warm-up first
+    monkeypatch.setattr(costs.time, "perf_counter", lambda: clock[0])
+
+    def run(n):
+        def go():
+            clock[0] += next(rounds[n])
+        return go
+
+    assert costs.measure({1: run(1), 5: run(5)}, repeats=5) == pytest.approx({1: 1.0, 5: 1.2})
+
+
+def test_calibrations_take_turns_and_a_long_turn_is_not_waited_for(tmp_path, monkeypatch, caplog):
+    import fcntl
+    import os
+
+    monkeypatch.setattr(costs.tempfile, "tempdir", str(tmp_path))
+    with costs.one_at_a_time():
+        fd = os.open(costs.turn_file(), os.O_RDWR)  # another process's calibration: its own open file
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+        with caplog.at_level("WARNING"), costs.one_at_a_time(wait_s=0.2):  # measures anyway, and says so
+            assert "without taking turns" in caplog.text
+    fd = os.open(costs.turn_file(), os.O_RDWR)  # the turn ended with the block
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
+
+
 def test_row_counts_go_to_the_most_one_request_verifies_then_double_up_to_the_batch():
     assert costs.row_counts(5, 1) == [1, 2, 3, 4, 5]
     assert costs.row_counts(5, 4) == [1, 2, 3, 4, 5, 10, 20]

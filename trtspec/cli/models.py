@@ -139,7 +139,9 @@ def train_demo(out: Path, target: Path | None, seed: int, quick: bool, threads: 
     Reproducible: fixed seed and fixed step counts (no time budget). On 2 CPU cores the target takes
     ~35 minutes and a drafter step ~0.8 s, so the default drafter budgets about an hour more (a --target
     run with --teacher-seqs 1024 and 800/300/600 steps took 29 minutes in all). ~58 MB of float16
-    weights. With --target only the drafters are trained.
+    weights. With --target only the drafters are trained. The shipped family travels packed in git: to ship
+    a retrained one, pack its weights (`python -m trtspec.artifacts.packed pack target/model.safetensors ...`,
+    see docs/methods-and-training.md).
 
     \b
     Example (retrain the shipped family's drafters into a scratch dir):

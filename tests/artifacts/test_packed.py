@@ -133,3 +133,11 @@ def test_the_tracked_tree_fits_a_device_machine():
     names = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
     total = sum((ROOT / n).stat().st_size for n in names.decode().split("\0") if n and (ROOT / n).is_file())
     assert total <= DEVICE_TREE_BYTES, f"{total / 2**20:.1f} MiB tracked"
+
+
+def test_a_checkout_without_its_restored_weights_is_told_how_to_restore_them(tmp_path):
+    from trtspec.artifacts.weights import weight_files
+
+    with pytest.raises(ModelError) as e:
+        weight_files(tmp_path)
+    assert "no model.safetensors" in e.value.message and "make install" in e.value.hint

@@ -51,7 +51,8 @@ def weight_files(ckpt: Path, filename: str = MODEL_WEIGHTS, error: Error = Model
         raise error(f"{ckpt}: only PyTorch .bin weights found",
                     hint="save the checkpoint as safetensors (save_pretrained(safe_serialization=True))")
     raise error(f"{ckpt}: no {filename} (or {filename}.index.json)",
-                hint="point the spec at a checkpoint directory with its weights")
+                hint="point the spec at a checkpoint directory with its weights (the examples' own weights are "
+                     "restored by `make install`)")
 
 
 def has_weights(ckpt: Path, filename: str = MODEL_WEIGHTS) -> bool:

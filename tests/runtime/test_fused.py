@@ -249,3 +249,16 @@ def test_a_lock_left_by_a_killed_build_does_not_hang_the_next_one(tmp_path, monk
         fused.available.cache_clear()
     assert seen == [False], "torch would have waited forever on the leftover lock"
     assert "left by a kernel build that was killed" in caplog.text
+
+
+def test_two_checkouts_of_the_same_source_build_apart(tmp_path, monkeypatch):
+    """torch's build file names the source's path and torch's: one build dir shared by two checkouts (or two
+    environments) is rewritten by each in turn, and every rewrite recompiles at the next engine load."""
+    other = tmp_path / "checkout" / "decode_layer.cpp"
+    other.parent.mkdir()
+    other.write_bytes(fused.SOURCE.read_bytes())  # the very same source, elsewhere
+    here = fused.build_name()
+    monkeypatch.setattr(fused, "SOURCE", other)
+    assert fused.build_name() != here
+    monkeypatch.setattr(fused, "SOURCE", Path(str(other)))
+    assert fused.build_name() == fused.build_name()  # and stable for one checkout

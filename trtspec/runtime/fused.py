@@ -11,7 +11,8 @@ Linear uses, in the same row blocks, which keep it row-exact) for the matmuls.
 How it is built: `torch.utils.cpp_extension.load` (the system's C++ compiler and ninja) into a private (0700)
 directory under `$TRTSPEC_KERNEL_CACHE` (default `$XDG_CACHE_HOME` or `~/.cache`, then `trtspec/kernels`; the temp
 dir, per user, where that is not writable), named by the source's hash, the torch version and the CPU's flags (it is
-compiled for this CPU: `-march=native`), so a cached build is never used on another CPU or torch; concurrent builds
+compiled for this CPU: `-march=native`), so a cached build is never used on another CPU or torch, and by where the
+source, torch and the Python headers lie, so two checkouts never rebuild each other's (`build_name`); concurrent builds
 wait on an flock, which the OS releases when its holder dies, so a build killed midway (Ctrl-C, the OOM killer)
 cannot leave a lock that hangs every later build (torch's own lock file can). ~10-30 s the first time (`make
 install` and a CPU `trtspec build` do it, so a server does not compile at model load), a load after. Where it cannot
@@ -73,13 +74,20 @@ def build_dir(name: str) -> Path:
 
 
 def build_name() -> str:
-    """The extension's name: the source, the flags, torch's version and this CPU's flags, hashed."""
+    """The extension's name: the source and where it lies, the flags, torch's version and where it is installed,
+    the Python headers, and this CPU's flags, hashed. The paths count because torch's build file names them: two
+    checkouts or environments of the same source sharing one build dir rewrite it in turn, and each rewrite
+    recompiles (~6 s at every engine load, measured with a worktree beside the main checkout)."""
+    import sysconfig
+
     try:
         cpu = next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")), "")
     except OSError:
         cpu = ""
+    where = [str(SOURCE.resolve()), str(Path(torch.__file__).resolve().parent), sysconfig.get_paths()["include"]]
     h = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), torch.__version__.encode(), cpu.encode()):
+    for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), torch.__version__.encode(), cpu.encode(),
+                 "\0".join(where).encode()):
         h.update(part)
         h.update(b"\0")
     return f"trtspec_fused_{h.hexdigest()[:16]}"

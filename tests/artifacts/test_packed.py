@@ -51,7 +51,7 @@ def _family(tmp_path):
     return models, store, "head/w.safetensors"
 
 
-def test_unpack_restores_exact_bytes_once(tmp_path):
+def test_unpack_restores_exact_bytes_once(tmp_path, monkeypatch):
     models, store, rel = _family(tmp_path)
     original = (models / rel).read_bytes()
     packed.pack([rel], models, store, log=lambda s: None)
@@ -59,7 +59,10 @@ def test_unpack_restores_exact_bytes_once(tmp_path):
     lines = []
     assert packed.unpack(models, store, log=lines.append) == [rel]
     assert (models / rel).read_bytes() == original and "restored 1" in lines[0]
+    reads = []
+    monkeypatch.setattr(fs, "sha256_file", lambda p: reads.append(p) or pytest.fail("read again"))
     assert packed.unpack(models, store, log=lines.append) == [] and len(lines) == 1
+    assert reads == []  # a file unpack wrote and nobody touched since is not hashed again
 
 
 def test_unpack_keeps_a_file_it_did_not_write_and_replaces_one_it_did(tmp_path):

@@ -14,8 +14,9 @@ the file stays an fp16 safetensors file): a head only proposes tokens, which the
 precision moves acceptance, never the output. The manifests that list a rounded file get its new digest.
 
 `unpack` never overwrites work: a restored file that differs from its pack is replaced only when it is the one
-`unpack` itself wrote before (recorded in `examples/packed/.restored.json`, not tracked), as after a pull that
-brings a new pack; any other is kept, with a warning.
+`unpack` itself wrote before (recorded in `examples/packed/.restored.json`, not tracked, with its size and mtime,
+so a file unchanged since is not read again: `fs.file_digests`), as after a pull that brings a new pack; any
+other is kept, with a warning.
 
     python -m trtspec.artifacts.packed unpack
     python -m trtspec.artifacts.packed pack [--mantissa-bits N] <path under examples/models>...
@@ -95,15 +96,15 @@ def _index(packed: Path) -> dict[str, dict]:
 def unpack(models: Path = MODELS, packed: Path = PACKED, log: Callable[[str], None] = print) -> list[str]:
     """Restore every packed file that is missing under `models`, or that unpack wrote before and its pack has
     changed since; returns the paths it wrote."""
-    files, state = _index(packed), fs.read_json(packed / STATE) or {}
+    models, files, state = Path(models).resolve(), _index(packed), fs.read_json(packed / STATE) or {}
     wrote, t0 = [], time.perf_counter()
     for rel, want in sorted(files.items()):
         dst = _at(models, rel)
         if dst.is_file():
-            have = fs.sha256_file(dst)
+            have = fs.file_digests([dst], models, state)[rel]["sha256"]  # not read again when unpack wrote it
             if have == want["sha256"]:
                 continue
-            if have != state.get(rel):
+            if have != (state.get(rel) or {}).get("sha256"):
                 log(f"warning: {dst} differs from its pack and was not written by unpack: kept "
                     f"(delete it to restore the shipped file, or pack it to ship yours)")
                 continue
@@ -116,7 +117,7 @@ def unpack(models: Path = MODELS, packed: Path = PACKED, log: Callable[[str], No
             raise ModelError(f"{src}: restores to other bytes than {INDEX} records",
                              hint="restore the pack and the index with `git checkout`")
         fs.write_bytes(dst, data)
-        state[rel] = want["sha256"]
+        state.update(fs.file_digests([dst], models))  # with its size and mtime: not read again while unchanged
         wrote.append(rel)
     if wrote:
         fs.write_json(packed / STATE, state)
@@ -138,16 +139,17 @@ def pack(rels: list[str], models: Path = MODELS, packed: Path = PACKED, mantissa
             _refresh_manifests(models, rel, mantissa_bits)
         data = src.read_bytes()
         t0 = time.perf_counter()
-        fs.write_bytes(_at(packed, rel + ".xz"), lzma.compress(shuffle(data), **_XZ))
-        entry = {"sha256": fs.sha256_file(src), "bytes": len(data)}
+        packed_data = lzma.compress(shuffle(data), **_XZ)
+        fs.write_bytes(_at(packed, rel + ".xz"), packed_data)
+        entry = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
         old = files["files"].get(rel, {})
         bits = mantissa_bits if mantissa_bits is not None else old.get("mantissa_bits")
         files["files"][rel] = entry if bits is None else {**entry, "mantissa_bits": bits}
-        log(f"packed {rel}: {len(data):,} -> {_at(packed, rel + '.xz').stat().st_size:,} bytes "
-            f"in {time.perf_counter() - t0:.0f}s")
+        log(f"packed {rel}: {len(data):,} -> {len(packed_data):,} bytes in {time.perf_counter() - t0:.0f}s")
     fs.write_json(packed / INDEX, files)
-    state = fs.read_json(packed / STATE) or {}
-    fs.write_json(packed / STATE, {**state, **{rel: files["files"][rel]["sha256"] for rel in rels}})
+    state = fs.read_json(packed / STATE) or {}  # the packed files are what unpack would write: its own
+    state.update(fs.file_digests([_at(models, rel) for rel in rels], models))
+    fs.write_json(packed / STATE, state)
 
 
 def _refresh_manifests(models: Path, rel: str, mantissa_bits: int) -> None:

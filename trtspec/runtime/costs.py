@@ -14,10 +14,9 @@ cost. And calibrations on one machine take turns (`one_at_a_time`): a Triton ser
 and each would time its passes against the others' loading and timing. Measured on the demo family, served
 beside three other deployments, with medians and no turns: one table priced a 5-row pass at 1.88 decode steps
 and the draft step at 0.08, the same engine loaded alone at 1.10 and 0.38, and adaptive K drafted accordingly
-(docs/costs.md). The table is fixed after that, so a seeded sampled request keeps a reproducible
-K. A table is injected instead, with no timing at all, by
-SpecEngine(costs=...) or by the environment variable TRTSPEC_COST_TABLE naming a JSON file of the shape
-`CostTable.to_dict` writes:
+(docs/costs.md). The table is fixed after that, so a seeded sampled request keeps a reproducible K. A table is
+injected instead, with no timing at all, by SpecEngine(costs=...) or by the environment variable
+TRTSPEC_COST_TABLE naming a JSON file of the shape `CostTable.to_dict` writes:
 
     {"verify": {"1": 0.012, "2": 0.013, ...}, "draft": {"ngram": 0.0001, "*": 0.002}}
 

@@ -30,6 +30,7 @@ import logging
 import os
 import shutil
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -78,8 +79,6 @@ def build_name() -> str:
     the Python headers, and this CPU's flags, hashed. The paths count because torch's build file names them: two
     checkouts or environments of the same source sharing one build dir rewrite it in turn, and each rewrite
     recompiles (~6 s at every engine load, measured with a worktree beside the main checkout)."""
-    import sysconfig
-
     try:
         cpu = next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")), "")
     except OSError:

@@ -33,7 +33,6 @@ sys.path.insert(0, str(ROOT))
 from trtspec.runtime.cache import chain_inputs  # noqa: E402
 from trtspec.runtime.linear import Linear  # noqa: E402
 from trtspec.runtime.llama import Llama  # noqa: E402
-from trtspec.runtime.quant import quantize_llama  # noqa: E402
 
 MODELS = {"smollm2": ROOT / "examples/models/smollm2-135m-instruct",
           "qwen": ROOT / "examples/models/qwen2.5-coder-1.5b-instruct"}
@@ -50,10 +49,8 @@ def cpu_line() -> str:
 
 def load(path: Path, dtype: str, context: int, max_rows: int) -> Llama:
     weight = {"bfloat16": torch.bfloat16, "float32": torch.float32, "int8": torch.float32}[dtype]
-    m = Llama.from_dir(path, dtype="float32", max_seq=context + 2 * max_rows + 8, weight_dtype=weight)
-    if dtype == "int8":
-        quantize_llama(m, "int8")
-    return m
+    return Llama.from_dir(path, dtype="float32", max_seq=context + 2 * max_rows + 8, weight_dtype=weight,
+                          quantization="int8" if dtype == "int8" else None)
 
 
 def linears(m: Llama) -> list:

@@ -51,18 +51,72 @@ def test_int8_rows_are_computed_independently():
     assert all(torch.equal(ql(x[:, :m]), batched[:, :m]) for m in range(1, 9))
 
 
-def test_int8_of_a_width_the_kernel_cannot_take_dequantizes():
-    """_weight_int8pack_mm (torch 2.13) segfaults for an input width that is not a multiple of 8: such a
-    linear is dequantized instead (the int8 numbers, the float kernel)."""
+def test_int8_of_a_width_the_kernel_cannot_take_dequantizes(monkeypatch):
+    """_weight_int8pack_mm (torch 2.13) segfaults for an input width that is not a multiple of 8: where trtspec's
+    own int8 kernel is not built, such a linear is dequantized instead (the int8 numbers, the float kernel)."""
+    from trtspec.runtime import fused
     from trtspec.runtime.llama import Linear
     from trtspec.runtime.quant import quantize_linear
 
+    monkeypatch.setattr(fused, "available", lambda: False)
     lin = Linear(torch.randn(16, 33))
     ql = quantize_linear(lin, "int8")
     assert not isinstance(ql, Int8Linear)
     q, s = quantize_int8(lin.w)
     x = torch.randn(3, 33)
     assert torch.allclose(ql(x), x @ (q.float() * s[:, None]).t(), atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(37, 70), (96, 64), (130, 1536), (5, 17), (16, 33)])
+def test_trtspecs_int8_kernel_is_the_dequantized_product_and_row_exact(shape):
+    """kernels/int8_mm.h: float32 activations, any width (a tail past the vector lanes), any number of output
+    channels (a tail past the tile); each row's result is bit-identical whatever rows share its call, up to and past
+    the kernel's register block (6 rows) and its sweep of 64 rows."""
+    from trtspec.runtime import fused
+    from trtspec.runtime.llama import Linear
+    from trtspec.runtime.quant import quantize_linear
+
+    if not fused.available():
+        pytest.skip("the fused kernel (and with it trtspec's int8 matmul) is not built here")
+    lin = Linear(torch.randn(*shape), torch.randn(shape[0]))
+    ql = quantize_linear(lin, "int8")
+    assert isinstance(ql, Int8Linear) and ql.own and ql.s.dtype == torch.float32
+    q, s = quantize_int8(lin.w)
+    x = torch.randn(70, shape[1])
+    y = ql(x, exact=True)  # (exact: 70 rows would be a long pass, a GEMM)
+    assert y.dtype == torch.float32
+    torch.testing.assert_close(y, torch.nn.functional.linear(x, q.float() * s[:, None], lin.b), rtol=1e-4, atol=1e-3)
+    for rows in (1, 2, 5, 6, 7, 9, 13, 64, 65):
+        assert torch.equal(ql(x[:rows], exact=True), y[:rows]), rows
+    assert all(torch.equal(ql(x[i:i + 1]), y[i:i + 1]) for i in range(70))
+    assert torch.equal(ql(x[3:11]), y[3:11])  # rows in another position of their call
+    xb, sb = x[:7].bfloat16(), s.bfloat16()  # bfloat16 activations and scales: bfloat16 out, rows exact too
+    yb = torch.ops.trtspec.int8_mm(xb, q, sb)
+    assert yb.dtype == torch.bfloat16
+    assert all(torch.equal(torch.ops.trtspec.int8_mm(xb[i:i + 1], q, sb), yb[i:i + 1]) for i in range(7))
+    ref = y[:7] - lin.b  # (the op alone adds no bias)
+    assert ((yb.float() - ref).abs().max() / ref.abs().max()).item() < 2e-2
+
+
+def test_a_long_pass_of_an_int8_linear_is_a_gemm_and_exact_keeps_the_row_exact_kernel(monkeypatch):
+    """More than EXACT_MAX_ROWS rows (a long prefill) go through a GEMM of widened weight blocks (the row-exact
+    kernel is ~4x slower there), as runtime/linear.py's Linear does; `exact` keeps the row-exact kernel."""
+    from trtspec.runtime import fused, quant
+    from trtspec.runtime.attention import EXACT_MAX_ROWS
+    from trtspec.runtime.llama import Linear
+
+    if not fused.available():
+        pytest.skip("the fused kernel (and with it trtspec's int8 matmul) is not built here")
+    monkeypatch.setattr(quant, "LONG_PASS_ROWS", 16)  # several weight blocks, the last one short
+    lin = Linear(torch.randn(40, 64), torch.randn(40))
+    ql = quant.quantize_linear(lin, "int8")
+    x = torch.randn(2, EXACT_MAX_ROWS, 64)  # 128 rows
+    exact = ql(x, exact=True)
+    assert torch.equal(exact, torch.cat([ql(x[:, i:i + 1]) for i in range(EXACT_MAX_ROWS)], 1))
+    long = ql(x)
+    assert not torch.equal(long, exact)  # the GEMM, not the kernel
+    assert ((long - exact).norm() / exact.norm()).item() < 1e-2  # bf16 (or float32) rounding at most
+    assert torch.equal(ql(x[:1]), exact[:1])  # 64 rows: the row-exact kernel still
 
 
 @pytest.mark.parametrize("method", ["draft-model", "ngram"])

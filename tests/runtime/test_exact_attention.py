@@ -1,7 +1,8 @@
 """Row-exact attention (Llama.make_row_exact, on for quantized targets): a verify pass's rows — a chain, a
 tree's nodes, rows of a batch at other lengths — give bit-for-bit the logits a one-row decode step gives at
-the same position. That is what keeps speculation on an int8 target (bf16 activations, which round batched
-attention's ~1e-7 differences up to different greedy tokens) token-identical to plain decoding."""
+the same position. That is what keeps speculation on an int8 target (on torch's int8 kernel, bf16 activations,
+which round batched attention's ~1e-7 differences up to different greedy tokens) token-identical to plain
+decoding."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """The fused CPU decoder layer (runtime/fused.py, kernels/decode_layer.cpp) of int8, bfloat16 and float32 models.
 
-It computes what the torch path computes (float32: within 1e-4; int8 and bfloat16: up to bf16 rounding, both
-multiply in bf16 activations), for every architecture the runtime runs, and it is row-exact itself: a verify
-pass's rows — a chain, a tree, the rows of a batch, inside or past a sliding window — give bit for bit the logits
-of one-row decode steps (the torch path's float32 batched attention does not). bfloat16 models are the bf16
-matmul weights a 16-bit spec gets on CPUs with native bf16 (runtime/dtypes.py), here forced on every CPU."""
+It computes what the torch path computes (float32: within 1e-4; bfloat16: up to bf16 rounding, both multiply in
+bf16 activations; int8: up to the bf16 rounding of the torch path's int8 kernel, which the fused one does not
+round), for every architecture the runtime runs, and it is row-exact itself: a verify pass's rows — a chain, a
+tree, the rows of a batch, inside or past a sliding window — give bit for bit the logits of one-row decode steps
+(the torch path's float32 batched attention does not). bfloat16 models are the bf16 matmul weights a 16-bit spec
+gets on CPUs with native bf16 (runtime/dtypes.py), here forced on every CPU."""
 
 from __future__ import annotations
 
@@ -262,3 +263,33 @@ def test_two_checkouts_of_the_same_source_build_apart(tmp_path, monkeypatch):
     assert fused.build_name() != here
     monkeypatch.setattr(fused, "SOURCE", Path(str(other)))
     assert fused.build_name() == fused.build_name()  # and stable for one checkout
+
+
+def test_a_changed_header_beside_the_source_names_another_build(tmp_path, monkeypatch):
+    """decode_layer.cpp includes kernels/int8_mm.h: a build named by the .cpp alone would keep running the old
+    int8 matmul after the header changed."""
+    src = tmp_path / "decode_layer.cpp"
+    src.write_bytes(fused.SOURCE.read_bytes())
+    header = tmp_path / "int8_mm.h"
+    header.write_bytes((fused.SOURCE.parent / "int8_mm.h").read_bytes())
+    monkeypatch.setattr(fused, "SOURCE", src)
+    before = fused.build_name()
+    header.write_bytes(header.read_bytes() + b"\n// changed\n")
+    assert fused.build_name() != before
+
+
+def test_every_header_the_kernel_includes_ships_in_the_package():
+    """A header left out of the wheel's package data would leave an installed trtspec without its fused kernel
+    (the build fails: the torch path, slower, with one warning)."""
+    import re
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["trtspec"]
+    included = re.findall(r'#include "([^"]+)"', fused.SOURCE.read_text())
+    assert included, "decode_layer.cpp includes its headers by quoted name"
+    for name in included:
+        path = fused.SOURCE.parent / name
+        assert path.is_file(), name
+        rel = path.relative_to(root / "trtspec")
+        assert any(rel.match(g.removeprefix("**/")) for g in globs), f"{rel} is not in the package data"

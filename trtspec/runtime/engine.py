@@ -99,7 +99,8 @@ class SpecEngine:
         lim = spec.limits
         row_exact = spec.runtime.torch.row_exact
         # quantized as it loads (before the proposer's setup: drafters that reuse the head get this one), row-exact
-        # by default when quantized (its bf16 activations need it); one copy per process (runtime/loaded.py)
+        # by default when quantized (torch's int8 kernel's bf16 activations need it); one copy per process
+        # (runtime/loaded.py)
         target = load_model(spec.model.target, dtype=spec.model.dtype, device=spec.runtime.device,
                             max_seq=lim.max_seq_len, name="target", quantization=spec.model.quantization,
                             row_exact=spec.model.quantization is not None if row_exact is None else row_exact)

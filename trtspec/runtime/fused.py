@@ -4,9 +4,12 @@ machine, then one call per layer instead of ~60 torch ops.
 Why: on SmolLM2-135M (2 cores, AVX2) the ~60 small ops around a layer's four matmuls (norms, casts, RoPE, cache
 writes, attention, silu) were ~40 % of an int8 decode step and ~25 % of an fp32 one; their arithmetic is tiny,
 their dispatch is not. The kernel does those in plain loops, row by row (so it is row-exact: a verify row
-computes the bits the decode step would), and calls aten::_weight_int8pack_mm (int8, bf16 activations) or
-oneDNN's prepacked linear (bfloat16 weights with bf16 activations, or float32: the kernel runtime/linear.py's
-Linear uses, in the same row blocks, which keep it row-exact) for the matmuls.
+computes the bits the decode step would), and calls its own int8 matmul (kernels/int8_mm.h: float32 activations,
+each weight read once for all the rows of a pass) or oneDNN's prepacked linear (bfloat16 weights with bf16
+activations, or float32: the kernel runtime/linear.py's Linear uses, in the same row blocks, which keep it
+row-exact) for the matmuls. Built with -fopenmp: at::parallel_for (the int8 matmul's tiles, attention's heads) is
+OpenMP, and without it runs on one thread (measured: the int8 matmul at half speed); the OpenMP calls bind to the
+libgomp torch itself loads.
 
 How it is built: `torch.utils.cpp_extension.load` (the system's C++ compiler and ninja) into a private (0700)
 directory under `$TRTSPEC_KERNEL_CACHE` (default `$XDG_CACHE_HOME` or `~/.cache`, then `trtspec/kernels`; the temp
@@ -17,7 +20,8 @@ wait on an flock, which the OS releases when its holder dies, so a build killed 
 cannot leave a lock that hangs every later build (torch's own lock file can). ~10-30 s the first time (`make
 install` and a CPU `trtspec build` do it, so a server does not compile at model load), a load after. Where it cannot
 be built (no compiler), `available()` is False with the reason logged once, and the runtime keeps its torch path:
-same models (float32 within 1e-4, int8 up to bf16 rounding), slower. `TRTSPEC_FUSED=0` turns it off.
+same models (float32 within 1e-4; int8 up to the bf16 rounding of torch's int8 kernel's activations), slower.
+`TRTSPEC_FUSED=0` turns it off.
 """
 
 from __future__ import annotations
@@ -37,9 +41,9 @@ from pathlib import Path
 import torch
 
 log = logging.getLogger(__name__)
-SOURCE = Path(__file__).with_name("kernels") / "decode_layer.cpp"
-FLAGS = ["-O3", "-march=native", "-std=c++17"]
-OPS = ("decode_layer_int8", "decode_layer_f32", "decode_layer_bf16")
+SOURCE = Path(__file__).with_name("kernels") / "decode_layer.cpp"  # it includes the headers beside it
+FLAGS = ["-O3", "-march=native", "-std=c++17", "-fopenmp"]  # -fopenmp: at::parallel_for is OpenMP (torch's own libgomp)
+OPS = ("decode_layer_int8", "decode_layer_f32", "decode_layer_bf16", "int8_mm")
 
 
 def cache_dir() -> Path:
@@ -75,17 +79,19 @@ def build_dir(name: str) -> Path:
 
 
 def build_name() -> str:
-    """The extension's name: the source and where it lies, the flags, torch's version and where it is installed,
-    the Python headers, and this CPU's flags, hashed. The paths count because torch's build file names them: two
-    checkouts or environments of the same source sharing one build dir rewrite it in turn, and each rewrite
-    recompiles (~6 s at every engine load, measured with a worktree beside the main checkout)."""
+    """The extension's name: the source (and the headers beside it) and where it lies, the flags, torch's version
+    and where it is installed, the Python headers, and this CPU's flags, hashed. The paths count because torch's
+    build file names them: two checkouts or environments of the same source sharing one build dir rewrite it in
+    turn, and each rewrite recompiles (~6 s at every engine load, measured with a worktree beside the main
+    checkout)."""
     try:
         cpu = next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")), "")
     except OSError:
         cpu = ""
     where = [str(SOURCE.resolve()), str(Path(torch.__file__).resolve().parent), sysconfig.get_paths()["include"]]
     h = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), torch.__version__.encode(), cpu.encode(),
+    sources = [SOURCE.read_bytes()] + [p.read_bytes() for p in sorted(SOURCE.parent.glob("*.h"))]
+    for part in (*sources, " ".join(FLAGS).encode(), torch.__version__.encode(), cpu.encode(),
                  "\0".join(where).encode()):
         h.update(part)
         h.update(b"\0")
@@ -141,7 +147,7 @@ def _reason(e: Exception) -> str:
 
 def layer_args(lw, eps: float) -> tuple | None:
     """(op, weight arguments) running decoder layer `lw` (runtime.llama.LayerWeights) fused, or None where it
-    cannot: no input norm (an EAGLE layer), or linears other than int8 with bf16 activations (all four) or
+    cannot: no input norm (an EAGLE layer), or linears other than int8 on trtspec's kernel (all four) or
     bfloat16 or float32 prepacked for oneDNN (all four, one dtype). Biases are passed as float32."""
     from trtspec.runtime.llama import Linear
     from trtspec.runtime.quant import Int8Linear
@@ -150,7 +156,7 @@ def layer_args(lw, eps: float) -> tuple | None:
     if lw.attn_norm is None:
         return None
     args: list = [lw.attn_norm, lw.mlp_norm, float(eps)]
-    if all(isinstance(x, Int8Linear) and x.s.dtype == torch.bfloat16 for x in lins):
+    if all(isinstance(x, Int8Linear) and x.own for x in lins):
         name = "decode_layer_int8"
         for x in lins:
             args += [x.q, x.s, None if x.b is None else x.b.float()]

@@ -153,8 +153,8 @@ class Llama:
         # row-exact attention (see `exact_keys`): each query row of a verify pass or of a batched decode attends
         # as a one-row decode step would, so its numbers do not depend on the rows beside it. Off for float
         # targets (their batched attention differs from one row's by ~1e-7, logits by ~5e-5: near-ties only);
-        # on for a quantized target (runtime/quant.py), whose bf16 activations round such differences up
-        # to ~0.4 in the logits: then speculation would change greedy outputs
+        # on for a quantized target (runtime/quant.py): on torch's int8 kernel its bf16 activations round such
+        # differences up to ~0.4 in the logits: then speculation would change greedy outputs
         self.exact_attention = False
         bytes_per = (weight_dtype or dtype).itemsize
         if self.num_params * bytes_per > ONEDNN_SINGLE_ROW_BYTES:
@@ -274,7 +274,7 @@ class Llama:
 
     def prepare_fused(self) -> bool:
         """Run this model's decoder layers through the fused CPU kernel (runtime/fused.py) where it can: on
-        CPU in float32, every layer with an input norm and its four linears either int8 (bf16 activations) or
+        CPU in float32, every layer with an input norm and its four linears either int8 (trtspec's kernel) or
         bfloat16 or float32 prepacked for oneDNN, and the kernel builds here. Called at load and again whenever the
         linears are replaced (runtime/quant.py); returns whether the layers run fused."""
         from trtspec.runtime import fused

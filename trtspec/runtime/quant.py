@@ -10,12 +10,15 @@ oneDNN path does, and the engine makes a quantized target's passes row-exact (`r
 Llama.make_row_exact: attention too), because bf16 activations round batched attention's ~1e-7 differences
 into different greedy tokens.
 
-    int8  per output channel, symmetric: W ~ s[n] * q[n, k], q in [-127, 127]; multiplied by
-          torch.ops.aten._weight_int8pack_mm (x @ q^T * s, no dequantized copy) in bfloat16 activations where
-          the CPU kernel takes them (torch 2.13 on AVX2: ~2x a fp32 GEMV at one row, ~10x its own fp32-input
-          path; see `int8_dtype`), else dequantized once at load (same numbers, no speed-up). The kernel needs
-          the input width to be a multiple of KERNEL_K (torch 2.13 segfaults on K = 33): others dequantize.
-          A model whose layers are all int8 then runs them through the fused CPU kernel (runtime/fused.py)
+    int8  per output channel, symmetric: W ~ s[n] * q[n, k], q in [-127, 127], float32 scales; multiplied by
+          trtspec's own CPU kernel (kernels/int8_mm.h, built with the fused layer: runtime/fused.py) in float32
+          activations: it reads each weight once for all the rows of a pass, so a verify pass of a few rows costs
+          about one decode step, and each row's sum runs in the same order whatever the rows beside it. Where
+          that kernel is not built (no compiler, TRTSPEC_FUSED=0), torch's `_weight_int8pack_mm` (x @ q^T * s, no
+          dequantized copy) in bfloat16 activations where the CPU kernel takes them (see `int8_dtype`; it
+          re-reads the weights for every 4 rows), else dequantized once at load (same numbers, no speed-up).
+          That kernel needs the input width to be a multiple of KERNEL_K (torch 2.13 segfaults on K = 33):
+          others dequantize. A model whose layers are all int8 runs them through the fused CPU kernel
     int4  groups of GROUP input channels, symmetric: q in [-8, 7], one scale per (row, group); multiplied by
           dequantizing to the input's dtype at load (torch's int4 CPU kernels want packed layouts per
           version: the numbers are int4's, the speed is the float kernel's)
@@ -33,6 +36,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from trtspec.runtime import fused
+from trtspec.runtime.attention import EXACT_MAX_ROWS
+from trtspec.runtime.dtypes import cpu_has_fast_bf16
 from trtspec.runtime.llama import LayerWeights, Linear, Llama
 
 GROUP = 32
@@ -41,6 +47,7 @@ KERNEL_K = 8  # _weight_int8pack_mm's input width must be a multiple of this (a 
 
 
 CHUNK_BYTES = 32 << 20  # float32 temporaries of one block of rows while quantizing
+LONG_PASS_ROWS = 2048  # weight rows widened at a time by Int8Linear's long passes (6 MB of bf16 at K = 1536)
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,13 +99,16 @@ def int8_dtype(weight_dtype: torch.dtype) -> torch.dtype | None:
 
 
 class Int8Linear:
-    """y = x (q s)^T + b through _weight_int8pack_mm (see the module docstring)."""
+    """y = x (q s)^T + b through trtspec's int8 kernel (`own`: float32 activations) or torch's
+    _weight_int8pack_mm (activations of `dtype`; see the module docstring)."""
 
-    __slots__ = ("q", "s", "b", "n", "min_rows")
+    __slots__ = ("q", "s", "b", "n", "min_rows", "own")
 
-    def __init__(self, lin: Linear, dtype: torch.dtype):
+    def __init__(self, lin: Linear, dtype: torch.dtype, own: bool = False):
         self.min_rows = lin.min_rows  # (Llama.use_onednn_single_row sets it; unused here)
+        self.own = own
         self.q, s = quantize_int8(lin.w)
+        dtype = torch.float32 if own else dtype
         self.s = s.to(dtype)
         self.b = None if lin.b is None else lin.b.to(dtype)
         self.n = self.q.shape[0]
@@ -109,13 +119,35 @@ class Int8Linear:
         return self.q
 
     def __call__(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
-        """x [..., K] -> [..., N]; row-exact at every row count (`exact`: Linear's, nothing to do here)."""
+        """x [..., K] -> [..., N]; row-exact at every row count, except trtspec's kernel's long passes (more than
+        EXACT_MAX_ROWS rows, not `exact`: a long prefill, as runtime/linear.py's Linear draws the same line), which
+        `_long_pass` multiplies as a GEMM."""
         dt = x.dtype
         if dt != self.s.dtype:
-            return self(x.to(self.s.dtype)).to(dt)
-        y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, x.shape[-1]).contiguous(), self.q, self.s)
+            return self(x.to(self.s.dtype), exact).to(dt)
+        x2 = x.reshape(-1, x.shape[-1]).contiguous()  # [R, K]
+        if not self.own:
+            y = torch.ops.aten._weight_int8pack_mm(x2, self.q, self.s)
+        elif exact or x2.shape[0] <= EXACT_MAX_ROWS:
+            y = torch.ops.trtspec.int8_mm(x2, self.q, self.s)
+        else:
+            y = self._long_pass(x2)
         y = y.view(*x.shape[:-1], self.n)
         return y if self.b is None else y + self.b
+
+    def _long_pass(self, x: torch.Tensor) -> torch.Tensor:
+        """x [R, K] float32 -> [R, N] float32 for a long pass (a prefill): blocks of LONG_PASS_ROWS weight rows
+        widened to bfloat16 (exact: |q| <= 127) where the CPU multiplies it natively, else to float32, each
+        multiplied by torch's GEMM (oneDNN/MKL), then scaled. The row-exact kernel sums each row with FMAs over
+        its lanes and was ~4x slower here at 74 rows (Qwen2.5-Coder-1.5B prefill: 1.9 s against 0.46 s); bf16
+        activations round x as torch's int8 kernel does."""
+        wdt = torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+        xw = x.to(wdt)  # [R, K]
+        y = torch.empty(x.shape[0], self.n, dtype=torch.float32)  # [R, N]
+        for n0 in range(0, self.n, LONG_PASS_ROWS):
+            w = self.q[n0:n0 + LONG_PASS_ROWS].to(wdt)  # [n, K]
+            torch.mul(torch.mm(xw, w.t()), self.s[n0:n0 + LONG_PASS_ROWS], out=y[:, n0:n0 + LONG_PASS_ROWS])
+        return y
 
 
 def quantize_linear(lin: Linear, mode: str) -> Any:
@@ -124,6 +156,8 @@ def quantize_linear(lin: Linear, mode: str) -> Any:
         raise ValueError("this linear's plain weight was released after prepacking (Llama.from_dir): load the "
                          "model with quantization= instead of quantizing it afterwards")
     if mode == "int8":
+        if lin.w.device.type == "cpu" and fused.available():
+            return Int8Linear(lin, torch.float32, own=True)
         dt = int8_dtype(lin.w.dtype) if lin.w.device.type == "cpu" and lin.w.shape[1] % KERNEL_K == 0 else None
         if dt is not None:
             return Int8Linear(lin, dt)

@@ -78,7 +78,8 @@ class ModelSection(_Strict):
     tokenizer: CheckpointPath | None = Field(None, description="tokenizer dir (default: the target dir)")
     dtype: DType = Field("float16", description="serving dtype of the weights")
     quantization: Literal["int8"] | None = Field(
-        None, description="weight-only int8 target (torch runtime): per-channel int8 linears, bf16 activations; "
+        None, description="weight-only int8 target (torch runtime): per-channel int8 linears, float32 activations "
+        "(bf16 where trtspec's CPU kernel is not built); "
         "another model than the float one, speculative and plain decoding of it stay token-identical")
 
 

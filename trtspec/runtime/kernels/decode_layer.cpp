@@ -5,7 +5,7 @@
 // Row-exact by construction: every row (b, t) is normed, rotated, attended and activated by the same loops on
 // its own data; attention reads exactly the cache slots the mask lets it see, in slot order, so a verify row
 // and the decode step that would produce the same token compute the same bits. The four matmuls are
-// aten::_weight_int8pack_mm (int8, bf16 activations), row-independent itself, or oneDNN's prepacked linear
+// int8_mm.h's (int8 weights, float32 activations), row-exact itself, or oneDNN's prepacked linear
 // (bfloat16 weights with bf16 activations, or float32), called in blocks of lo..hi rows as runtime/linear.py's
 // Linear calls it (fewer rows zero-padded to lo, more split into calls of hi): oneDNN's summation order
 // follows the number of rows of a call, so each row must always see a call of the same kind.
@@ -18,7 +18,6 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <ATen/Parallel.h>
-#include <ATen/ops/_weight_int8pack_mm.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -28,6 +27,8 @@
 
 #include <cmath>
 #include <vector>
+
+#include "int8_mm.h"
 
 namespace {
 
@@ -61,10 +62,10 @@ void rms_to(const float* x, const float* w, int64_t R, int64_t H, double eps, A*
   }
 }
 
-// The matmuls: x [R, K] (activations A) times a weight [N, K]: int8 per channel (w, scales s; bf16 activations),
+// The matmuls: x [R, K] (activations A) times a weight [N, K]: int8 per channel (w, float32 scales s; int8_mm.h),
 // or a bfloat16 or float32 weight prepacked for oneDNN (w; s = int64 [lo, hi], its row blocks), the kernel
 // runtime/linear.py's Linear calls. Both are row-independent: a row's result does not depend on the rows beside it.
-Tensor int8_mm(const Tensor& x, const Tensor& w, const Tensor& s) { return at::_weight_int8pack_mm(x, w, s); }
+Tensor int8_mm(const Tensor& x, const Tensor& w, const Tensor& s) { return int8_rows_mm(x, w, s); }
 
 Tensor onednn_call(const Tensor& x, const Tensor& w) {
   static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
@@ -260,7 +261,7 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
 
 // Registered for every backend (catch-all): a oneDNN-prepacked weight may carry another dispatch key than CPU.
 TORCH_LIBRARY(trtspec, lib) {
-  // int8: *_q int8 weights, *_s their bf16 scales; bf16 and float32: *_q oneDNN-prepacked weights, *_s their
+  // int8: *_q int8 weights, *_s their float32 scales; bf16 and float32: *_q oneDNN-prepacked weights, *_s their
   // row blocks (int64 [lo, hi])
   const std::string args =
       "(Tensor(a!) x, Tensor attn_norm, Tensor mlp_norm, float eps, "
@@ -268,7 +269,9 @@ TORCH_LIBRARY(trtspec, lib) {
       "Tensor gu_q, Tensor gu_s, Tensor? gu_b, Tensor d_q, Tensor d_s, Tensor? d_b, "
       "Tensor? q_norm, Tensor? k_norm, Tensor(b!) kc, Tensor(c!) vc, int row0, Tensor positions, "
       "int[] start, Tensor rope, Tensor? mask, int nh, int nkv) -> Tensor(a!)";
-  lib.def(("decode_layer_int8" + args).c_str(), &decode_layer<BFloat16, int8_mm>);
+  lib.def(("decode_layer_int8" + args).c_str(), &decode_layer<float, int8_mm>);
+  // the int8 matmul alone (runtime/quant.py's Int8Linear: a head, a layer the fused path does not run)
+  lib.def("int8_mm(Tensor x, Tensor q, Tensor s) -> Tensor", &int8_rows_mm);
   lib.def(("decode_layer_f32" + args).c_str(), &decode_layer<float, onednn_mm>);
   lib.def(("decode_layer_bf16" + args).c_str(), &decode_layer<BFloat16, onednn_mm>);
 }

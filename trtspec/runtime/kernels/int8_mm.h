@@ -1,0 +1,212 @@
+// Weight-only int8 matmul for the short passes of decoding: y [R, N] = x [R, K] (q [N, K] int8 * s [N])^T.
+//
+// Why not aten::_weight_int8pack_mm: it reads the weights again for every block of four rows, so a verify pass of
+// 5 rows cost ~2x a one-row decode step (9 rows ~3.4x) where the weights' bytes, not the arithmetic, set the
+// time. Here each tile of NT weight rows is read from memory once, widened to float32 in registers, and multiplied
+// with every row of x (RB rows at a time; further row blocks find the tile in L1/L2).
+//
+// Row-exact by construction: each output y[r, n] is one float32 sum over k in the same order whatever R is (W
+// lanes of fused multiply-adds over k in steps of W, the lanes reduced in a fixed order, then the tail k in
+// order, then times s[n]); which rows share a call, and which thread computes which tile, never enters a row's
+// arithmetic. Activations are float32 (bfloat16 inputs are widened exactly), so int8 rows are not rounded to
+// bf16 before they are multiplied.
+//
+// Kernels by the CPU this is compiled for (runtime/fused.py builds with -march=native, once per CPU): AVX-512
+// (16 lanes), AVX2 + FMA (8 lanes), else plain loops (8 partial sums).
+
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/BFloat16.h>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace trtspec_int8 {
+
+#if defined(__AVX512F__)
+using vec = __m512;
+constexpr int W = 16, NT = 4, RB = 6;  // 24 accumulators + 4 weight vectors + 1 input vector of 32 registers
+inline vec zero() { return _mm512_setzero_ps(); }
+inline vec load_x(const float* p) { return _mm512_loadu_ps(p); }
+inline vec load_w(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline vec fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline float hsum(vec v) {
+  alignas(64) float t[16];
+  _mm512_store_ps(t, v);
+  float s = 0;
+  for (int i = 0; i < 16; ++i) s += t[i];
+  return s;
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+using vec = __m256;
+constexpr int W = 8, NT = 2, RB = 4;  // 8 accumulators + 2 weight vectors + 1 input vector of 16 registers
+inline vec zero() { return _mm256_setzero_ps(); }
+inline vec load_x(const float* p) { return _mm256_loadu_ps(p); }
+inline vec load_w(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline vec fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline float hsum(vec v) {
+  alignas(32) float t[8];
+  _mm256_store_ps(t, v);
+  float s = 0;
+  for (int i = 0; i < 8; ++i) s += t[i];
+  return s;
+}
+#else
+struct vec {
+  float v[8];
+};
+constexpr int W = 8, NT = 2, RB = 4;
+inline vec zero() { return vec{{0, 0, 0, 0, 0, 0, 0, 0}}; }
+inline vec load_x(const float* p) {
+  vec r;
+  for (int i = 0; i < 8; ++i) r.v[i] = p[i];
+  return r;
+}
+inline vec load_w(const int8_t* p) {
+  vec r;
+  for (int i = 0; i < 8; ++i) r.v[i] = static_cast<float>(p[i]);
+  return r;
+}
+inline vec fma(vec a, vec b, vec c) {
+  for (int i = 0; i < 8; ++i) c.v[i] = std::fma(a.v[i], b.v[i], c.v[i]);
+  return c;
+}
+inline float hsum(vec v) {
+  float s = 0;
+  for (int i = 0; i < 8; ++i) s += v.v[i];
+  return s;
+}
+#endif
+
+#ifndef TRTSPEC_PREFETCH
+#define TRTSPEC_PREFETCH 8192
+#endif
+constexpr int64_t PREFETCH = TRTSPEC_PREFETCH;  // bytes ahead in each weight row: the hardware prefetcher stops at 4 KB pages
+constexpr int64_t ROW_CHUNK = 64;  // rows of x per sweep over the weights: a long pass (a prefill) keeps them in L2
+
+// out[r * nt + j] = sum_k x[r, k] q[j, k] for rb rows of x (stride K) and nt weight rows (stride K)
+template <int rb, int nt>
+inline void tile(const float* x, const int8_t* q, int64_t K, float* out) {
+  const int64_t Kv = K - K % W;
+  vec acc[rb][nt];  // (the loops over rb and nt unrolled: the accumulators stay in registers)
+#pragma GCC unroll 8
+  for (int r = 0; r < rb; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < nt; ++j) acc[r][j] = zero();
+  for (int64_t k = 0; k < Kv; k += W) {
+    vec w[nt];
+#pragma GCC unroll 8
+    for (int j = 0; j < nt; ++j) {
+      __builtin_prefetch(q + j * K + k + PREFETCH, 0, 3);
+      w[j] = load_w(q + j * K + k);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < rb; ++r) {
+      const vec xv = load_x(x + r * K + k);
+#pragma GCC unroll 8
+      for (int j = 0; j < nt; ++j) acc[r][j] = fma(xv, w[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < rb; ++r)
+    for (int j = 0; j < nt; ++j) {
+      float s = hsum(acc[r][j]);
+      for (int64_t k = Kv; k < K; ++k) s += x[r * K + k] * static_cast<float>(q[j * K + k]);
+      out[r * nt + j] = s;
+    }
+}
+
+// tile<rb, nt> for rb = 1..rbmax rows
+template <int nt, int rbmax>
+inline void rows(int rb, const float* x, const int8_t* q, int64_t K, float* out) {
+  static_assert(rbmax <= 12, "one case per row count below");
+  switch (rb) {
+    case 1: return tile<1, nt>(x, q, K, out);
+    case 2: return tile<std::min(2, rbmax), nt>(x, q, K, out);
+    case 3: return tile<std::min(3, rbmax), nt>(x, q, K, out);
+    case 4: return tile<std::min(4, rbmax), nt>(x, q, K, out);
+    case 5: return tile<std::min(5, rbmax), nt>(x, q, K, out);
+    case 6: return tile<std::min(6, rbmax), nt>(x, q, K, out);
+    case 7: return tile<std::min(7, rbmax), nt>(x, q, K, out);
+    case 8: return tile<std::min(8, rbmax), nt>(x, q, K, out);
+    case 9: return tile<std::min(9, rbmax), nt>(x, q, K, out);
+    case 10: return tile<std::min(10, rbmax), nt>(x, q, K, out);
+    case 11: return tile<std::min(11, rbmax), nt>(x, q, K, out);
+    default: return tile<rbmax, nt>(x, q, K, out);
+  }
+}
+
+// rows r0 .. r0 + rc of y, in tiles of nt_ weight rows (threads take tiles) and blocks of rb_ rows
+template <int nt_, int rb_, typename S, typename Y>
+void sweep(const float* x, int64_t r0, int64_t rc, int64_t K, const int8_t* q, const S* s, int64_t N, Y* y) {
+  const int64_t tiles = (N + nt_ - 1) / nt_;
+  at::parallel_for(0, tiles, 16, [&](int64_t lo, int64_t hi) {
+    float out[rb_ * nt_];
+    for (int64_t t = lo; t < hi; ++t) {
+      const int64_t n = t * nt_, nt = std::min<int64_t>(nt_, N - n);
+      for (int64_t r = r0; r < r0 + rc; r += rb_) {
+        const int rb = static_cast<int>(std::min<int64_t>(rb_, r0 + rc - r));
+        if (nt == nt_) {
+          rows<nt_, rb_>(rb, x + r * K, q + n * K, K, out);
+        } else {
+          for (int64_t j = 0; j < nt; ++j) rows<1, rb_>(rb, x + r * K, q + (n + j) * K, K, out + j * rb);
+        }
+        for (int i = 0; i < rb; ++i)
+          for (int64_t j = 0; j < nt; ++j) {
+            const float v = nt == nt_ ? out[i * nt_ + j] : out[j * rb + i];
+            y[(r + i) * N + n + j] = Y(v * static_cast<float>(s[n + j]));
+          }
+      }
+    }
+  });
+}
+
+// y[r, n] = Y(s[n] * sum_k x[r, k] q[n, k]); x [R, K] float32, q [N, K] int8, s [N] (S), y [R, N] (Y). Passes of
+// more than RB rows take tiles half as wide and blocks twice as tall (the same registers): 9 rows are one block
+// that widens each weight once, not two. A row's sums are the same either way: the tile's shape only decides
+// which accumulators sit side by side, never the order of a row's additions.
+constexpr int TALL_NT = NT > 1 ? NT / 2 : 1, TALL_RB = RB * NT / TALL_NT;
+
+template <typename S, typename Y>
+void mm(const float* x, int64_t R, int64_t K, const int8_t* q, const S* s, int64_t N, Y* y) {
+  for (int64_t r0 = 0; r0 < R; r0 += ROW_CHUNK) {
+    const int64_t rc = std::min(ROW_CHUNK, R - r0);
+    if (rc > RB) sweep<TALL_NT, TALL_RB>(x, r0, rc, K, q, s, N, y);
+    else sweep<NT, RB>(x, r0, rc, K, q, s, N, y);
+  }
+}
+
+}  // namespace trtspec_int8
+
+// y [R, N] in x's dtype (bfloat16 or float32) = x [R, K] times (q [N, K] int8 * s [N] (bfloat16 or float32))^T
+inline at::Tensor int8_rows_mm(const at::Tensor& x, const at::Tensor& q, const at::Tensor& s) {
+  TORCH_CHECK(x.dim() == 2 && q.dim() == 2 && x.size(1) == q.size(1), "int8_mm: x [R, K], q [N, K]");
+  TORCH_CHECK(q.scalar_type() == at::kChar && q.is_contiguous(), "int8_mm: q int8, contiguous");
+  TORCH_CHECK(s.dim() == 1 && s.size(0) == q.size(0) && s.is_contiguous() &&
+              (s.scalar_type() == at::kFloat || s.scalar_type() == at::kBFloat16), "int8_mm: s [N] float32 or bfloat16");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "int8_mm: x float32 or bfloat16");
+  const int64_t R = x.size(0), K = x.size(1), N = q.size(0);
+  const at::Tensor xf = x.to(at::kFloat).contiguous();
+  at::Tensor y = at::empty({R, N}, x.options());
+  const float* xp = xf.const_data_ptr<float>();
+  const int8_t* qp = q.const_data_ptr<int8_t>();
+  const bool sf = s.scalar_type() == at::kFloat, yf = x.scalar_type() == at::kFloat;
+  using c10::BFloat16;
+  using trtspec_int8::mm;
+  if (sf && yf) mm(xp, R, K, qp, s.const_data_ptr<float>(), N, y.data_ptr<float>());
+  else if (sf) mm(xp, R, K, qp, s.const_data_ptr<float>(), N, y.data_ptr<BFloat16>());
+  else if (yf) mm(xp, R, K, qp, s.const_data_ptr<BFloat16>(), N, y.data_ptr<float>());
+  else mm(xp, R, K, qp, s.const_data_ptr<BFloat16>(), N, y.data_ptr<BFloat16>());
+  return y;
+}

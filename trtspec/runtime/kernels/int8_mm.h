@@ -29,7 +29,9 @@
 #include <cmath>
 #include <cstdint>
 
+// internal linkage throughout: a process may load builds of this header for other instruction sets (the tests)
 namespace trtspec_int8 {
+namespace {
 
 #if defined(__AVX512F__)
 using vec = __m512;
@@ -175,10 +177,11 @@ void mm(const float* x, int64_t R, int64_t K, const int8_t* q, const S* s, int64
   for (int64_t r0 = 0; r0 < R; r0 += ROW_CHUNK) sweep<NT, RB>(x, r0, std::min(ROW_CHUNK, R - r0), K, q, s, N, y);
 }
 
+}  // namespace
 }  // namespace trtspec_int8
 
 // y [R, N] in x's dtype (bfloat16 or float32) = x [R, K] times (q [N, K] int8 * s [N] (bfloat16 or float32))^T
-inline at::Tensor int8_rows_mm(const at::Tensor& x, const at::Tensor& q, const at::Tensor& s) {
+static inline at::Tensor int8_rows_mm(const at::Tensor& x, const at::Tensor& q, const at::Tensor& s) {
   TORCH_CHECK(x.dim() == 2 && q.dim() == 2 && x.size(1) == q.size(1), "int8_mm: x [R, K], q [N, K]");
   TORCH_CHECK(q.scalar_type() == at::kChar && q.is_contiguous(), "int8_mm: q int8, contiguous");
   TORCH_CHECK(s.dim() == 1 && s.size(0) == q.size(0) && s.is_contiguous() &&

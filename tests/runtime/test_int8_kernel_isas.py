@@ -1,0 +1,53 @@
+"""kernels/int8_mm.h on the CPUs this machine may not be: the fused kernel is compiled for the CPU it runs on
+(-march=native), so its AVX2 + FMA variant (the fleet's AVX2-only machines) and its plain-loop variant would
+otherwise never be compiled or run here. Each is built alone (the header and one op) for that instruction set,
+then checked as the native one is: the dequantized product, and every row bit-identical whatever rows share
+its call."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+
+from trtspec.runtime import fused
+from trtspec.runtime.quant import quantize_int8
+
+HEADER = fused.SOURCE.parent / "int8_mm.h"
+ISAS = {"avx2": ["-mavx2", "-mfma", "-mno-avx512f"], "plain": ["-mno-avx", "-mno-avx2", "-mno-fma", "-mno-avx512f"]}
+OP = """#include "int8_mm.h"
+#include <torch/library.h>
+TORCH_LIBRARY({ns}, m) {{ m.def("int8_mm(Tensor x, Tensor q, Tensor s) -> Tensor", &int8_rows_mm); }}
+"""
+
+
+def _op(isa: str):
+    from torch.utils.cpp_extension import load
+
+    ns = f"trtspec_int8_{isa}"
+    if not hasattr(torch.ops, ns) or not hasattr(getattr(torch.ops, ns), "int8_mm"):
+        flags = ["-O2", "-std=c++17", "-fopenmp", *ISAS[isa]]
+        digest = hashlib.sha256(HEADER.read_bytes() + " ".join(flags).encode() + torch.__version__.encode())
+        name = f"{ns}_{digest.hexdigest()[:12]}"
+        where = fused.build_dir(name)
+        src = where / f"{ns}.cpp"
+        src.write_text(OP.format(ns=ns))
+        with fused._build_lock(where):
+            load(name=name, sources=[str(src)], extra_cflags=flags, extra_include_paths=[str(HEADER.parent)],
+                 build_directory=str(where), is_python_module=False, verbose=False)
+    return getattr(torch.ops, ns).int8_mm
+
+
+@pytest.mark.skipif(fused.compiler() is None, reason="no C++ compiler here")
+@pytest.mark.parametrize("isa", list(ISAS))
+def test_the_int8_kernel_of_another_instruction_set_is_the_product_and_row_exact(isa):
+    fused._ninja_on_path()
+    mm = _op(isa)
+    w = torch.randn(37, 70)  # a tail past the tile (37 = 9 x 4 + 1) and past the lanes (70 = 4 x 16 + 6)
+    q, s = quantize_int8(w)
+    x = torch.randn(15, 70)
+    y = mm(x, q, s)
+    torch.testing.assert_close(y, x @ (q.float() * s[:, None]).t(), rtol=1e-4, atol=1e-3)
+    assert all(torch.equal(mm(x[i:i + 1], q, s), y[i:i + 1]) for i in range(15))
+    assert all(torch.equal(mm(x[:n], q, s), y[:n]) for n in (2, 5, 9, 13))

@@ -108,7 +108,6 @@ class Int8Linear:
         self.min_rows = lin.min_rows  # (Llama.use_onednn_single_row sets it; unused here)
         self.own = own
         self.q, s = quantize_int8(lin.w)
-        dtype = torch.float32 if own else dtype
         self.s = s.to(dtype)
         self.b = None if lin.b is None else lin.b.to(dtype)
         self.n = self.q.shape[0]

@@ -42,13 +42,7 @@ inline vec load_w(const int8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 inline vec fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
-inline float hsum(vec v) {
-  alignas(64) float t[16];
-  _mm512_store_ps(t, v);
-  float s = 0;
-  for (int i = 0; i < 16; ++i) s += t[i];
-  return s;
-}
+inline void store(float* p, vec v) { _mm512_storeu_ps(p, v); }
 #elif defined(__AVX2__) && defined(__FMA__)
 using vec = __m256;
 constexpr int W = 8, NT = 2, RB = 4;  // 8 accumulators + 2 weight vectors + 1 input vector of 16 registers
@@ -58,13 +52,7 @@ inline vec load_w(const int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 inline vec fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
-inline float hsum(vec v) {
-  alignas(32) float t[8];
-  _mm256_store_ps(t, v);
-  float s = 0;
-  for (int i = 0; i < 8; ++i) s += t[i];
-  return s;
-}
+inline void store(float* p, vec v) { _mm256_storeu_ps(p, v); }
 #else
 struct vec {
   float v[8];
@@ -85,17 +73,22 @@ inline vec fma(vec a, vec b, vec c) {
   for (int i = 0; i < 8; ++i) c.v[i] = std::fma(a.v[i], b.v[i], c.v[i]);
   return c;
 }
-inline float hsum(vec v) {
-  float s = 0;
-  for (int i = 0; i < 8; ++i) s += v.v[i];
-  return s;
+inline void store(float* p, vec v) {
+  for (int i = 0; i < 8; ++i) p[i] = v.v[i];
 }
 #endif
 
-#ifndef TRTSPEC_PREFETCH
-#define TRTSPEC_PREFETCH 8192
-#endif
-constexpr int64_t PREFETCH = TRTSPEC_PREFETCH;  // bytes ahead in each weight row: the hardware prefetcher stops at 4 KB pages
+// the lanes of an accumulator, summed in lane order: one order for every row (what keeps rows exact)
+inline float hsum(vec v) {
+  float t[W];
+  store(t, v);
+  float s = 0;
+  for (int i = 0; i < W; ++i) s += t[i];
+  return s;
+}
+
+// bytes ahead in each weight row (the hardware prefetcher stops at 4 KB pages); 8 KB measured best of 0.5-16 KB
+constexpr int64_t PREFETCH = 8192;
 constexpr int64_t ROW_CHUNK = 64;  // rows of x per sweep over the weights: a long pass (a prefill) keeps them in L2
 
 // out[r * nt + j] = sum_k x[r, k] q[j, k] for rb rows of x (stride K) and nt weight rows (stride K)

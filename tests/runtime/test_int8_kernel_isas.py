@@ -23,26 +23,20 @@ TORCH_LIBRARY({ns}, m) {{ m.def("int8_mm(Tensor x, Tensor q, Tensor s) -> Tensor
 
 
 def _op(isa: str):
-    from torch.utils.cpp_extension import load
-
     ns = f"trtspec_int8_{isa}"
     if not hasattr(torch.ops, ns) or not hasattr(getattr(torch.ops, ns), "int8_mm"):
         flags = ["-O2", "-std=c++17", "-fopenmp", *ISAS[isa]]
         digest = hashlib.sha256(HEADER.read_bytes() + " ".join(flags).encode() + torch.__version__.encode())
         name = f"{ns}_{digest.hexdigest()[:12]}"
-        where = fused.build_dir(name)
-        src = where / f"{ns}.cpp"
+        src = fused.build_dir(name) / f"{ns}.cpp"  # (in the build dir: one path, so a later run finds the build)
         src.write_text(OP.format(ns=ns))
-        with fused._build_lock(where):
-            load(name=name, sources=[str(src)], extra_cflags=flags, extra_include_paths=[str(HEADER.parent)],
-                 build_directory=str(where), is_python_module=False, verbose=False)
+        fused.load_extension(name, [src], flags, f"int8_mm.h for {isa}", include_dirs=(HEADER.parent,))
     return getattr(torch.ops, ns).int8_mm
 
 
 @pytest.mark.skipif(fused.compiler() is None, reason="no C++ compiler here")
 @pytest.mark.parametrize("isa", list(ISAS))
 def test_the_int8_kernel_of_another_instruction_set_is_the_product_and_row_exact(isa):
-    fused._ninja_on_path()
     mm = _op(isa)
     w = torch.randn(37, 70)  # a tail past the tile (37 = 9 x 4 + 1) and past the lanes (70 = 4 x 16 + 6)
     q, s = quantize_int8(w)

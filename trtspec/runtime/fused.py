@@ -104,21 +104,27 @@ def available() -> bool:
     if os.environ.get("TRTSPEC_FUSED", "1") == "0":
         return False
     try:
-        from torch.utils.cpp_extension import load
-
-        _ninja_on_path()
-        name = build_name()
-        where = build_dir(name)
-        if not any(where.glob(f"{name}*.so")):
-            print(f"trtspec: compiling the fused CPU decode kernel into {where} (once per machine, ~30 s)",
-                  file=sys.stderr, flush=True)
-        with _build_lock(where):
-            load(name=name, sources=[str(SOURCE)], extra_cflags=FLAGS, build_directory=str(where),
-                 is_python_module=False, verbose=False)
+        load_extension(build_name(), [SOURCE], FLAGS, "the fused CPU decode kernel")
         return all(hasattr(torch.ops.trtspec, op) for op in OPS)
     except Exception as e:  # noqa: BLE001 — any build failure means: keep the torch path
         log.warning("trtspec: the fused CPU decode kernel is unavailable (%s); using the torch path", _reason(e))
         return False
+
+
+def load_extension(name: str, sources: list[Path], flags: list[str], what: str,
+                   include_dirs: tuple[Path, ...] = ()) -> None:
+    """Build (the first time) and load the C++ extension `name` from `sources` in its private build dir
+    (`build_dir`), holding the build lock; raises whatever the build raises."""
+    from torch.utils.cpp_extension import load
+
+    _ninja_on_path()
+    where = build_dir(name)
+    if not any(where.glob(f"{name}*.so")):
+        print(f"trtspec: compiling {what} into {where} (once per machine, ~30 s)", file=sys.stderr, flush=True)
+    with _build_lock(where):
+        load(name=name, sources=[str(p) for p in sources], extra_cflags=flags,
+             extra_include_paths=[str(d) for d in include_dirs], build_directory=str(where),
+             is_python_module=False, verbose=False)
 
 
 @contextlib.contextmanager

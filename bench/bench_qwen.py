@@ -14,12 +14,15 @@ default):
   draft             draft-model, constant K = 4 (examples/qwen/draft-model.toml, adaptive K off)
   draft-int8        the same with the weight-only int8 drafter (draft-model-int8-draft.toml)
   ngram, suffix, lookahead   the training-free drafters (examples/qwen/<name>.toml)
+  eagle3            the EAGLE-3 head `make qwen-eagle3` trains for the target (examples/qwen/eagle3.toml), a chain of
+                    constant K = 4; skipped until it is trained. Its training cost is printed under the tables
   plain-int8        trtspec plain with the weight-only int8 target (plain-int8.toml): its own model, so its identity
                     column says how far its text follows the bf16 target's
   draft-both-int8   draft-model with the int8 target and the int8 drafter (draft-model-int8.toml), compared with
                     plain-int8 (its own plain decoding) for speed and identity
   served-plain, served-draft the plain and draft-model deployments served by the bundled Triton (gRPC streaming,
                     the chat sent as `messages`)
+  served-draft-both-int8     the int8 pair (draft-model-int8.toml) served the same way, compared with plain-int8
   llamacpp-plain, llamacpp-draft  llama.cpp on the same GGUF files, when the `xllamacpp` wheel is importable
 
 Every row runs in a fresh process (its peak RSS is its own; one model pair in memory at a time). Columns: tok/s (new
@@ -57,16 +60,19 @@ EXAMPLES = Path(os.environ.get("BENCH_QWEN_EXAMPLES", REPO / "examples"))  # --e
 QWEN = EXAMPLES / "qwen"
 TARGET = EXAMPLES / "models" / "qwen2.5-coder-1.5b-instruct"
 DRAFT = EXAMPLES / "models" / "qwen2.5-coder-0.5b-instruct"
+HEAD = EXAMPLES / "models" / "qwen2.5-coder-1.5b-instruct-eagle3"
 GGUF = {"target": REPO / ".cache/qwen/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
         "draft": REPO / ".cache/qwen/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"}
 SETS = ("code", "edit", "chat")
 K = 4
 SPECS = {"plain": "plain", "draft": "draft-model", "draft-int8": "draft-model-int8-draft", "ngram": "ngram",
-         "suffix": "suffix", "lookahead": "lookahead", "served-plain": "plain", "served-draft": "draft-model",
-         "plain-int8": "plain-int8", "draft-both-int8": "draft-model-int8"}
-ROWS = ("hf-plain", "hf-assisted", "plain", "draft", "draft-int8", "ngram", "suffix", "lookahead", "plain-int8",
-        "draft-both-int8", "served-plain", "served-draft", "llamacpp-plain", "llamacpp-draft")
-OWN_PLAIN = {"draft-both-int8": "plain-int8"}  # rows over another target than bf16 plain's: compared with its plain
+         "suffix": "suffix", "lookahead": "lookahead", "eagle3": "eagle3", "served-plain": "plain",
+         "served-draft": "draft-model", "plain-int8": "plain-int8", "draft-both-int8": "draft-model-int8"}
+ROWS = ("hf-plain", "hf-assisted", "plain", "draft", "draft-int8", "ngram", "suffix", "lookahead", "eagle3",
+        "plain-int8", "draft-both-int8", "served-plain", "served-draft", "served-draft-both-int8",
+        "llamacpp-plain", "llamacpp-draft")
+# rows over another target than bf16 plain's: compared with its own plain decoding
+OWN_PLAIN = {"draft-both-int8": "plain-int8", "served-draft-both-int8": "plain-int8"}
 
 
 def _totals() -> dict:
@@ -86,7 +92,7 @@ def _spec(name: str):
     from trtspec.check import load_spec
 
     spec = load_spec(QWEN / f"{SPECS[name]}.toml")
-    if spec.speculative.method == "draft-model":  # constant K, as transformers' assisted row
+    if spec.speculative.method in ("draft-model", "eagle"):  # constant K, as transformers' assisted row
         adaptive = spec.speculative.adaptive.model_copy(update={"enabled": False})
         spec = spec.model_copy(update={"speculative": spec.speculative.model_copy(update={"adaptive": adaptive})})
     return spec
@@ -343,6 +349,9 @@ def main() -> None:
     if any(r.startswith("llamacpp") for r in rows) and importlib.util.find_spec("xllamacpp") is None:
         print("llama.cpp rows skipped: the xllamacpp wheel is not installed (pip install xllamacpp)")
         rows = [r for r in rows if not r.startswith("llamacpp")]
+    if "eagle3" in rows and not (HEAD / "trtspec.train.json").is_file():
+        print("eagle3 row skipped: the head is not trained (make qwen-eagle3)")
+        rows = [r for r in rows if r != "eagle3"]
     prompts = {s: jsonl_prompts(QWEN / f"{s}.jsonl", args.prompts) for s in sets}
     print(machine())
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -361,6 +370,19 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(results))
     show(results, sets, args)
+    if "eagle3" in results:
+        print(training_cost(HEAD))
+
+
+def training_cost(head: Path) -> str:
+    """How the EAGLE-3 head was trained, from its trtspec.train.json: data, budget and wall time."""
+    meta = json.loads((head / "trtspec.train.json").read_text())
+    data, budget = meta["inputs"]["data"], meta["budget"]
+    wall = budget["wall_s"]
+    return (f"eagle3 head: {data['source']} ({data['mode']}, {data['tokens']:,} tokens, {data['samples']} samples), "
+            f"draft vocabulary {meta['draft_vocab_size']}, {budget['steps_done']} steps ({budget['epochs']} epochs); "
+            f"wall: data {wall['data'] / 60:.1f} min, features {wall['features'] / 60:.1f} min, "
+            f"train {wall['train'] / 60:.1f} min")
 
 
 if __name__ == "__main__":

@@ -48,6 +48,23 @@ def test_logits_match_transformers_gqa_tied(tmp_path, rope):
     assert hidden.shape == (2, 40, 64)
 
 
+def test_an_untied_head_is_held_once(tmp_path):
+    """from_dir keeps an untied head's source tensor only as meta (its head holds its own copy); head_weight()
+    reads it again as stored, and the model counts and computes as before."""
+    from safetensors.torch import load_file
+
+    hf = family.save_llama(tmp_path, seed=5)
+    ours = Llama.from_dir(tmp_path)
+    assert ours.lm_head.is_meta and ours.lm_head.shape == (family.VOCAB, 64)
+    stored = load_file(tmp_path / "model.safetensors")["lm_head.weight"]
+    assert torch.equal(ours.head_weight(), stored) and ours.head_weight().dtype == stored.dtype
+    assert ours.num_params == sum(p.numel() for p in hf.parameters())
+    ids = [[1, 5, 9, 33, 2, 70]]
+    kept = Llama(ours.cfg, dict(load_file(tmp_path / "model.safetensors")))  # built from a dict: nothing dropped
+    assert not kept.lm_head.is_meta
+    assert torch.equal(_full(ours, ids)[0], _full(kept, ids)[0])
+
+
 def test_logits_match_transformers_untied_bias_and_fp16_storage(tmp_path):
     hf = family.save_llama(tmp_path, seed=4, attention_bias=True, mlp_bias=True)
     ref = _hf_logits(hf, [[1, 5, 9, 33, 2, 70]])

@@ -54,7 +54,7 @@ class EagleProposer(HeadProposer):
         cfg = dataclasses.replace(cfg, num_layers=1, rope_theta=t.rope_theta, rope_scaling=t.rope_scaling,
                                   max_position_embeddings=t.max_position_embeddings)
         self.net = Llama(cfg, w, dtype=dt, device=self.device, max_seq=max_seq, name=NAME, prefix="",
-                         input_norm=False, final_norm=False, embed=target.embed, lm_head=target.lm_head,
+                         input_norm=False, final_norm=False, embed=target.embed, lm_head=target.head_weight(),
                          weight_dtype=wdt)
         self.net.use_onednn_single_row(True)  # runs between target passes: its weights come from memory
         self.fc.min_rows = 1

@@ -23,7 +23,9 @@ Memory: `from_dir` reads the checkpoint tensor by tensor (artifacts.weights.open
 the dtype it is kept in (no float32 detour for bf16 weights), so at most one layer's tensors are in flight;
 a quantized model quantizes each linear as it loads; a linear prepacked for oneDNN for every row count drops
 its plain weight (Linear's `release`); a 16-bit embedding stays 16-bit (its rows widen exactly at lookup) and
-a tied head shares it. A bf16 model then holds about its bf16 bytes plus the head's packed copy (see
+a tied head shares it; an untied head keeps only what it multiplies (its source tensor is dropped, and read
+again from the checkpoint by `head_weight` for a drafter that needs it). A bf16 model with a tied head then
+holds about its bf16 bytes plus the head's packed copy; an untied one about its bf16 bytes (see
 docs/measurements.md; bench/bench_memory.py measures it stage by stage).
 """
 
@@ -132,10 +134,7 @@ class Llama:
         # bound of num_params: a model whose linears release here is one that use_onednn_single_row turns on)
         big = cfg.num_params * (weight_dtype or dtype).itemsize > ONEDNN_SINGLE_ROW_BYTES
         windows = architecture(cfg).windows(cfg)
-        self.layers = [layer_from_hf(weights, f"{prefix}layers.{i}.", cfg, dtype, device, input_norm=input_norm,
-                                     weight_dtype=weight_dtype, window=windows[i], single_row=big,
-                                     quantize=quantize, release=release) for i in range(cfg.num_layers)]
-        self.norm = get(prefix + "norm.weight") if final_norm else None
+        # the head first: an untied head's source is dropped before the layers load, so it never adds to the peak
         if lm_head is not None:
             self.lm_head = lm_head
         elif "lm_head.weight" in weights:
@@ -147,6 +146,15 @@ class Llama:
         head = Linear(self.lm_head, single_row=big, dtype=weight_dtype or dtype, pack=quantize is None,
                       release=release)
         self.head = head if quantize is None else quantize(head)
+        self.source: Path | None = None  # the checkpoint dir (from_dir), where head_weight() reads lm_head again
+        if release and lm_head is None and self.lm_head is not self.embed:
+            # the head keeps what it multiplies (prepacked, int8, or the weight itself): an untied head's source
+            # would be a second copy (Qwen2.5-1.5B: 0.43 GB in bf16), so it stays a meta tensor (shape, dtype)
+            self.lm_head = self.lm_head.to("meta")
+        self.layers = [layer_from_hf(weights, f"{prefix}layers.{i}.", cfg, dtype, device, input_norm=input_norm,
+                                     weight_dtype=weight_dtype, window=windows[i], single_row=big,
+                                     quantize=quantize, release=release) for i in range(cfg.num_layers)]
+        self.norm = get(prefix + "norm.weight") if final_norm else None
         # EAGLE-3 features: when set (by its proposer), `forward`'s hidden output is the concatenation of these
         # layers' outputs (the residual stream after layer i, un-normed) instead of the final post-norm state
         self.capture_layers: tuple[int, ...] = ()
@@ -161,6 +169,16 @@ class Llama:
             self.use_onednn_single_row(True)
         self.set_max_seq(max_seq)
         self.prepare_fused()
+
+    def head_weight(self) -> torch.Tensor:
+        """The LM head's weight [V, H] as stored (a drafter that builds its own head from it: EAGLE-1), read
+        again from the checkpoint when loading dropped it (see __init__)."""
+        if not self.lm_head.is_meta:
+            return self.lm_head
+        if self.source is None:
+            raise ModelError(f"{self.name}: its LM head weight was released and it has no checkpoint to read it from")
+        w = open_weights(self.source)["lm_head.weight"]
+        return w.to(device=self.device, dtype=storage_dtype(w.dtype, self.dtype))
 
     def make_row_exact(self) -> None:
         """Row-exact forward passes: attention row by row (`exact_attention`) and one kernel for any number of
@@ -188,10 +206,12 @@ class Llama:
         tensor by tensor from the files, each linear's plain weight released once prepacked (see __init__)."""
         cfg = ModelConfig.from_dir(path)
         check_supported(cfg)  # before reading any weights
-        return cls(cfg, open_weights(path), dtype=compute_dtype(dtype, device), device=device,
-                   max_seq=max_seq, name=name or Path(path).name,
-                   weight_dtype=weight_dtype or target_weight_dtype(dtype, device), quantization=quantization,
-                   release=True)
+        model = cls(cfg, open_weights(path), dtype=compute_dtype(dtype, device), device=device,
+                    max_seq=max_seq, name=name or Path(path).name,
+                    weight_dtype=weight_dtype or target_weight_dtype(dtype, device), quantization=quantization,
+                    release=True)
+        model.source = Path(path)
+        return model
 
     @property
     def num_params(self) -> int:

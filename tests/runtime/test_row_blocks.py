@@ -65,3 +65,26 @@ def test_a_batch_of_short_passes_past_64_rows_stays_exact(lin):
     x = torch.randn(72, lin.w.shape[1], generator=torch.Generator().manual_seed(1)).to(lin.w.dtype)
     alone = torch.cat([lin(x[i:i + 1]) for i in range(72)])
     assert torch.equal(lin(x.view(9, 8, -1), exact=True), alone.view(9, 8, -1))
+
+
+def test_the_probe_checks_every_row_of_a_call(monkeypatch):
+    """A kernel that sums only some row positions of a multi-row call in another order (as oneDNN does on an
+    AMD EPYC, Zen 4: the fourth row of 4+ rows at 576 x 1536): the blocks the probe picks must keep every row of
+    every pass equal to the row alone, not just the first, middle and last rows it once looked at."""
+    import trtspec.runtime.linear as linear
+
+    def kernel(x, w, b):  # rows 1, 5, 9, ... of a call of 4 or more rows come out otherwise
+        y = x @ w.T  # [M, N]
+        if x.shape[0] >= 4:
+            y[1::4] += 1e-3
+        return y
+
+    monkeypatch.setattr(linear, "_onednn", kernel)
+    shape = (24, 40)
+    monkeypatch.setattr(linear, "_FOUND", {})
+    w = torch.randn(*shape, generator=torch.Generator().manual_seed(3))
+    rows = linear.row_blocks(w, shape, torch.float32)
+    x = torch.randn(40, shape[1], generator=torch.Generator().manual_seed(4))  # [40, K]
+    alone = torch.cat([linear.blocked(x[i:i + 1], w, None, rows) for i in range(40)])
+    for m in range(1, 41):
+        assert torch.equal(linear.blocked(x[:m], w, None, rows), alone[:m]), f"{rows}: a pass of {m} rows"

@@ -15,7 +15,9 @@ default):
   draft-int8        the same with the weight-only int8 drafter (draft-model-int8-draft.toml)
   ngram, suffix, lookahead   the training-free drafters (examples/qwen/<name>.toml)
   eagle3            the EAGLE-3 head `make qwen-eagle3` trains for the target (examples/qwen/eagle3.toml), a chain of
-                    constant K = 4; skipped until it is trained. Its training cost is printed under the tables
+                    up to K = 4 with the spec's adaptive K (it has no peer row to match a constant K; the cost model
+                    turns a head that does not pay off); skipped until it is trained. Its training cost is printed
+                    under the tables
   plain-int8        trtspec plain with the weight-only int8 target (plain-int8.toml): its own model, so its identity
                     column says how far its text follows the bf16 target's
   draft-both-int8   draft-model with the int8 target and the int8 drafter (draft-model-int8.toml), compared with
@@ -92,7 +94,7 @@ def _spec(name: str):
     from trtspec.check import load_spec
 
     spec = load_spec(QWEN / f"{SPECS[name]}.toml")
-    if spec.speculative.method in ("draft-model", "eagle"):  # constant K, as transformers' assisted row
+    if spec.speculative.method == "draft-model":  # constant K, as transformers' assisted row
         adaptive = spec.speculative.adaptive.model_copy(update={"enabled": False})
         spec = spec.model_copy(update={"speculative": spec.speculative.model_copy(update={"adaptive": adaptive})})
     return spec

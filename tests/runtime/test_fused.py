@@ -293,3 +293,14 @@ def test_every_header_the_kernel_includes_ships_in_the_package():
         assert path.is_file(), name
         rel = path.relative_to(root / "trtspec")
         assert any(rel.match(g.removeprefix("**/")) for g in globs), f"{rel} is not in the package data"
+
+
+def test_extra_kernel_flags_are_appended_and_name_another_build(monkeypatch):
+    """TRTSPEC_KERNEL_FLAGS builds another variant (`-mno-avx512f`: the AVX2 kernel on an AVX-512 machine): its
+    flags come after -march=native, so they win, and the build it names is not the native one's."""
+    monkeypatch.delenv("TRTSPEC_KERNEL_FLAGS", raising=False)
+    native = fused.build_name()
+    assert fused.flags() == fused.FLAGS
+    monkeypatch.setenv("TRTSPEC_KERNEL_FLAGS", "-mno-avx512f  -DX='a b'")
+    assert fused.flags() == [*fused.FLAGS, "-mno-avx512f", "-DX=a b"]
+    assert fused.build_name() != native

@@ -21,7 +21,8 @@ cannot leave a lock that hangs every later build (torch's own lock file can). ~1
 install` and a CPU `trtspec build` do it, so a server does not compile at model load), a load after. Where it cannot
 be built (no compiler), `available()` is False with the reason logged once, and the runtime keeps its torch path:
 same models (float32 within 1e-4; int8 up to the bf16 rounding of torch's int8 kernel's activations), slower.
-`TRTSPEC_FUSED=0` turns it off.
+`TRTSPEC_FUSED=0` turns it off. `TRTSPEC_KERNEL_FLAGS` appends compiler flags (and names another build): with
+`-mno-avx512f`, an AVX-512 machine builds and runs the AVX2 + FMA kernel of the fleet's AVX2-only machines.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import functools
 import hashlib
 import logging
 import os
+import shlex
 import shutil
 import sys
 import sysconfig
@@ -44,6 +46,11 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("kernels") / "decode_layer.cpp"  # it includes the headers beside it
 FLAGS = ["-O3", "-march=native", "-std=c++17", "-fopenmp"]  # -fopenmp: at::parallel_for is OpenMP (torch's own libgomp)
 OPS = ("decode_layer_int8", "decode_layer_f32", "decode_layer_bf16", "int8_mm")
+
+
+def flags() -> list[str]:
+    """The compiler flags: FLAGS, then those of $TRTSPEC_KERNEL_FLAGS (shell words; the later flag wins)."""
+    return [*FLAGS, *shlex.split(os.environ.get("TRTSPEC_KERNEL_FLAGS", ""))]
 
 
 def cache_dir() -> Path:
@@ -91,7 +98,7 @@ def build_name() -> str:
     where = [str(SOURCE.resolve()), str(Path(torch.__file__).resolve().parent), sysconfig.get_paths()["include"]]
     h = hashlib.sha256()
     sources = [SOURCE.read_bytes()] + [p.read_bytes() for p in sorted(SOURCE.parent.glob("*.h"))]
-    for part in (*sources, " ".join(FLAGS).encode(), torch.__version__.encode(), cpu.encode(),
+    for part in (*sources, " ".join(flags()).encode(), torch.__version__.encode(), cpu.encode(),
                  "\0".join(where).encode()):
         h.update(part)
         h.update(b"\0")
@@ -104,7 +111,7 @@ def available() -> bool:
     if os.environ.get("TRTSPEC_FUSED", "1") == "0":
         return False
     try:
-        load_extension(build_name(), [SOURCE], FLAGS, "the fused CPU decode kernel")
+        load_extension(build_name(), [SOURCE], flags(), "the fused CPU decode kernel")
         return all(hasattr(torch.ops.trtspec, op) for op in OPS)
     except Exception as e:  # noqa: BLE001 — any build failure means: keep the torch path
         log.warning("trtspec: the fused CPU decode kernel is unavailable (%s); using the torch path", _reason(e))

@@ -88,3 +88,33 @@ def test_the_probe_checks_every_row_of_a_call(monkeypatch):
     alone = torch.cat([linear.blocked(x[i:i + 1], w, None, rows) for i in range(40)])
     for m in range(1, 41):
         assert torch.equal(linear.blocked(x[:m], w, None, rows), alone[:m]), f"{rows}: a pass of {m} rows"
+
+
+def _rowwise(x, w, b):  # [M, K] -> [M, N], each row alone: exact whatever the call's rows
+    return torch.stack([w @ row for row in x])
+
+
+def test_the_fast_exact_blocks_are_picked(monkeypatch):
+    """A kernel whose calls of 1 or 2 rows are the slow path (oneDNN's bf16 on an AMD EPYC, Zen 4: a one-row
+    decode step ~1.3x slower than one padded to 4 rows): the probe times the calls of lo rows cold and picks
+    the fast blocks, every one of them exact here; a weight below TIMED_MIN_BYTES is not timed at all."""
+    import time
+
+    import trtspec.runtime.linear as linear
+
+    def kernel(x, w, b):
+        if x.shape[0] < 4:
+            time.sleep(0.004)
+        return _rowwise(x, w, b)
+
+    monkeypatch.setattr(linear, "_onednn", kernel)
+    monkeypatch.setattr(linear, "_FOUND", {})
+    monkeypatch.setattr(linear, "FLUSH_BYTES", 1 << 20)
+    big = (linear.TIMED_MIN_BYTES // 4 // 256, 256)  # float32 [N, K] of TIMED_MIN_BYTES
+    assert linear.row_blocks(torch.randn(*big), big, torch.float32) == (4, 32)
+
+    def untimed(*a, **k):
+        raise AssertionError("a small weight was timed")
+
+    monkeypatch.setattr(linear, "_cold_seconds", untimed)
+    assert linear.row_blocks(torch.randn(8, 16), (8, 16), torch.float32) == (1, 32)

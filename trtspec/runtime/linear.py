@@ -8,12 +8,20 @@ weights give other bits for M = 1 than for M >= 2 from K = 1536 on (SmolLM2's do
 pass of k rows then differs from k one-row decode steps, and speculation changes the text. So every call of up
 to EXACT_MAX_ROWS rows (or of a batch of such passes) runs as calls of lo..hi rows (fewer rows zero-padded to lo,
 more split into calls of hi): each row sees one kernel whatever the pass. `row_blocks` finds (lo, hi) per weight
-shape by a probe at load (random rows, each compared bit for bit alone and among others), the least padding
-first, falling back to fixed blocks and then to one call per row. Padding costs little on a memory-bound step:
-a call of 2 rows streams the weight once, as 1 does (docs/measurements.md has the costs by row count).
+shape by a probe at load (random rows, each compared bit for bit alone and among others), falling back to fixed
+blocks and then to one call per row. For a weight of at least TIMED_MIN_BYTES, the blocks whose call of lo rows
+(what a one-row decode step costs) is within FAST_WITHIN of the fastest go first, the least padding first among
+them, then the others by cost; each call timed cold (the caches flushed before it, as a decode step finds a
+weight it streams from memory). Padding usually costs little on a memory-bound step (a call of 2 rows streams the
+weight once, as 1 does), and is sometimes the fast path: on an AMD EPYC (Zen 4, AVX-512 BF16, no AMX), oneDNN's
+bf16 kernel for 1 or 2 rows streams Qwen2.5-1.5B's weights at ~24 GB/s and its 4-row kernel at ~31
+(docs/measurements.md has the costs by row count). Exact blocks give the same bits whichever is picked (each
+equals the rows of every call it covers), so a pick that timing noise flips changes the speed, never an output.
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +33,9 @@ ONEDNN_SINGLE_ROW_BYTES = 16 << 20  # models larger than this (half a typical L3
 # step padded to 8 rows cost ~1.15-1.2x the unpadded one, padded to 2 where needed +3-5 %, on SmolLM2 and
 # Qwen2.5-1.5B; docs/measurements.md), so a shape whose one-row kernel agrees with its multi-row one is not padded
 ROW_BLOCKS = ((1, 32), (2, 32), (4, 32), (8, 32), (8, 16), (8, 8), (1, 1))
+FAST_WITHIN = 1.03  # blocks whose lo-row call is within this factor of the fastest are tried first
+TIMED_MIN_BYTES = 1 << 20  # smaller weights (cache-resident) keep ROW_BLOCKS' order, untimed
+FLUSH_BYTES = 128 << 20  # read before each timed call: more than the last-level caches of this project's CPUs
 
 
 class Linear:
@@ -94,7 +105,7 @@ _FOUND: dict[tuple, tuple[int, int]] = {}
 
 
 def row_blocks(packed, shape: tuple[int, int], dtype: torch.dtype) -> tuple[int, int]:
-    """The first (lo, hi) of ROW_BLOCKS under which the probe finds every row of a call equal, bit for bit, to
+    """The first (lo, hi) of ROW_BLOCKS, the fast ones first (module docstring), under which the probe finds every row of a call equal, bit for bit, to
     the same row called alone (padded to lo), for calls of lo + 1, 2, 3, 4, 5, 8, 9, 16, 17 (those in lo..hi), hi
     and hi + 1 rows (a split), at every row of each. Every row: a kernel may sum only some row positions of its
     block in another order (measured on an AMD EPYC, Zen 4 without AMX: at 576 x 1536 the fourth row of a call
@@ -109,13 +120,37 @@ def row_blocks(packed, shape: tuple[int, int], dtype: torch.dtype) -> tuple[int,
 
 def _probe(packed, shape: tuple[int, int], dtype: torch.dtype) -> tuple[int, int]:
     g = torch.Generator().manual_seed(0)
-    for lo, hi in ROW_BLOCKS[:-1]:
+    for lo, hi in _by_cost(packed, shape, dtype):
         x = torch.randn(hi + 1, shape[1], generator=g).to(dtype)  # [hi + 1, K]
         alone = torch.cat([blocked(x[i:i + 1], packed, None, (lo, hi)) for i in range(hi + 1)])  # [hi + 1, N]
         sizes = sorted({lo + 1, hi, hi + 1} | {m for m in (2, 3, 4, 5, 8, 9, 16, 17) if lo < m <= hi})
         if all(torch.equal(blocked(x[:m], packed, None, (lo, hi)), alone[:m]) for m in sizes):
             return lo, hi
     return ROW_BLOCKS[-1]
+
+
+def _by_cost(packed, shape: tuple[int, int], dtype: torch.dtype) -> list[tuple[int, int]]:
+    """ROW_BLOCKS but (1, 1), the fast ones first (module docstring); in their own order for a small weight."""
+    blocks = list(ROW_BLOCKS[:-1])
+    if shape[0] * shape[1] * dtype.itemsize < TIMED_MIN_BYTES:
+        return blocks
+    flush = torch.ones(FLUSH_BYTES // 4)  # [FLUSH_BYTES / 4] float32, written: its pages are real
+    cost = {lo: _cold_seconds(packed, shape[1], dtype, lo, flush) for lo in sorted({lo for lo, _ in blocks})}
+    fast = min(cost.values()) * FAST_WITHIN
+    return sorted(blocks, key=lambda b: (cost[b[0]] > fast, cost[b[0]] if cost[b[0]] > fast else 0.0))
+
+
+def _cold_seconds(packed, K: int, dtype: torch.dtype, rows: int, flush: torch.Tensor, reps: int = 3) -> float:
+    """The least wall time of a oneDNN call of `rows` rows, the caches flushed (`flush` read) before each."""
+    x = torch.zeros(rows, K, dtype=dtype)  # [rows, K]
+    _onednn(x, packed, None)
+    best = float("inf")
+    for _ in range(reps):
+        flush.sum()
+        t = time.perf_counter()
+        _onednn(x, packed, None)
+        best = min(best, time.perf_counter() - t)
+    return best
 
 
 def _onednn_pack(w: torch.Tensor):

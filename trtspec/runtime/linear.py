@@ -105,13 +105,13 @@ _FOUND: dict[tuple, tuple[int, int]] = {}
 
 
 def row_blocks(packed, shape: tuple[int, int], dtype: torch.dtype) -> tuple[int, int]:
-    """The first (lo, hi) of ROW_BLOCKS, the fast ones first (module docstring), under which the probe finds every row of a call equal, bit for bit, to
-    the same row called alone (padded to lo), for calls of lo + 1, 2, 3, 4, 5, 8, 9, 16, 17 (those in lo..hi), hi
-    and hi + 1 rows (a split), at every row of each. Every row: a kernel may sum only some row positions of its
-    block in another order (measured on an AMD EPYC, Zen 4 without AMX: at 576 x 1536 the fourth row of a call
-    of 4+ rows, and no other, differs from its one-row call). Found once per weight shape, dtype and thread
-    count (what oneDNN's choice of kernel follows) on the first weight of that shape; (1, 1), one call per row,
-    is exact by construction."""
+    """The first (lo, hi) of ROW_BLOCKS, the fast ones first (module docstring), under which the probe finds
+    every row of a call equal, bit for bit, to the same row called alone (padded to lo), for calls of lo + 1, 2,
+    3, 4, 5, 8, 9, 16, 17 (those in lo..hi), hi and hi + 1 rows (a split), at every row of each. Every row: a
+    kernel may sum only some row positions of its block in another order (measured on an AMD EPYC, Zen 4
+    without AMX: at 576 x 1536 the fourth row of a call of 4+ rows, and no other, differs from its one-row
+    call). Found once per weight shape, dtype and thread count (what oneDNN's choice of kernel follows) on the
+    first weight of that shape; (1, 1), one call per row, is exact by construction."""
     key = (shape, dtype, torch.get_num_threads())
     if key not in _FOUND:
         _FOUND[key] = _probe(packed, shape, dtype)

@@ -64,4 +64,4 @@ def test_the_head_corpus_is_plain_text_the_trainer_reads(tmp_path):
     modules = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
     assert mode == "text" and held == [] and len(texts) == len(modules)
     assert (Path(sysconfig.get_paths()["stdlib"]) / "argparse.py").read_text() in texts
-    assert not list(out.parent.glob("*.tmp"))
+    assert list(out.parent.iterdir()) == [out]  # written atomically: no temp file left beside it

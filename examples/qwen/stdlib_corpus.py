@@ -8,23 +8,20 @@ library modules (the top-level `*.py` files), one {"text"} row per file in a see
 from __future__ import annotations
 
 import json
-import os
 import random
 import sys
 import sysconfig
 from pathlib import Path
+
+from trtspec.artifacts.fs import write_bytes
 
 
 def main(out: Path) -> None:
     root = Path(sysconfig.get_paths()["stdlib"])
     files = sorted(root.glob("*.py"))
     random.Random(0).shuffle(files)  # chunks are taken from the start: mix the modules, not a-z
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for p in files:
-            f.write(json.dumps({"text": p.read_text(encoding="utf-8", errors="replace")}) + "\n")
-    os.replace(tmp, out)
+    rows = [json.dumps({"text": p.read_text(encoding="utf-8", errors="replace")}) + "\n" for p in files]
+    write_bytes(out, "".join(rows).encode("utf-8"))  # atomic
     print(f"wrote {out}: {len(files)} modules of {root} (Python {sys.version.split()[0]})")
 
 

@@ -67,6 +67,10 @@ def test_a_batch_of_short_passes_past_64_rows_stays_exact(lin):
     assert torch.equal(lin(x.view(9, 8, -1), exact=True), alone.view(9, 8, -1))
 
 
+def _rowwise(x, w, b):  # [M, K] -> [M, N], each row alone: exact whatever the call's rows
+    return torch.stack([w @ row for row in x])
+
+
 def test_the_probe_checks_every_row_of_a_call(monkeypatch):
     """A kernel that sums only some row positions of a multi-row call in another order (as oneDNN does on an
     AMD EPYC, Zen 4: the fourth row of 4+ rows at 576 x 1536): the blocks the probe picks must keep every row of
@@ -74,7 +78,7 @@ def test_the_probe_checks_every_row_of_a_call(monkeypatch):
     import trtspec.runtime.linear as linear
 
     def kernel(x, w, b):  # rows 1, 5, 9, ... of a call of 4 or more rows come out otherwise
-        y = x @ w.T  # [M, N]
+        y = _rowwise(x, w, b)  # [M, N]
         if x.shape[0] >= 4:
             y[1::4] += 1e-3
         return y
@@ -88,10 +92,6 @@ def test_the_probe_checks_every_row_of_a_call(monkeypatch):
     alone = torch.cat([linear.blocked(x[i:i + 1], w, None, rows) for i in range(40)])
     for m in range(1, 41):
         assert torch.equal(linear.blocked(x[:m], w, None, rows), alone[:m]), f"{rows}: a pass of {m} rows"
-
-
-def _rowwise(x, w, b):  # [M, K] -> [M, N], each row alone: exact whatever the call's rows
-    return torch.stack([w @ row for row in x])
 
 
 def test_the_fast_exact_blocks_are_picked(monkeypatch):

@@ -137,7 +137,7 @@ def _by_cost(packed, shape: tuple[int, int], dtype: torch.dtype) -> list[tuple[i
     flush = torch.ones(FLUSH_BYTES // 4)  # [FLUSH_BYTES / 4] float32, written: its pages are real
     cost = {lo: _cold_seconds(packed, shape[1], dtype, lo, flush) for lo in sorted({lo for lo, _ in blocks})}
     fast = min(cost.values()) * FAST_WITHIN
-    return sorted(blocks, key=lambda b: (cost[b[0]] > fast, cost[b[0]] if cost[b[0]] > fast else 0.0))
+    return sorted(blocks, key=lambda b: max(cost[b[0]], fast))  # stable: the fast ones tie, least padding first
 
 
 def _cold_seconds(packed, K: int, dtype: torch.dtype, rows: int, flush: torch.Tensor, reps: int = 3) -> float:

@@ -21,20 +21,26 @@ default):
   plain-int8        trtspec plain with the weight-only int8 target (plain-int8.toml): its own model, so its identity
                     column says how far its text follows the bf16 target's
   draft-both-int8   draft-model with the int8 target and the int8 drafter (draft-model-int8.toml), compared with
-                    plain-int8 (its own plain decoding) for speed and identity
+                    plain-int8 (its own plain decoding) for speed and identity; K by the spec's adaptive K (the
+                    measured costs), as every quantized pair (no peer row to match a constant K)
+  plain-w8a8        trtspec plain with the W8A8 target (plain-w8a8.toml: int8 weights and int8 activations per
+                    token, integer sums): its own model, as plain-int8
+  draft-both-w8a8   draft-model with the W8A8 target and the W8A8 drafter (draft-model-w8a8.toml), compared with
+                    plain-w8a8
   served-plain, served-draft the plain and draft-model deployments served by the bundled Triton (gRPC streaming,
                     the chat sent as `messages`)
   served-draft-both-int8     the int8 pair (draft-model-int8.toml) served the same way, compared with plain-int8
+  served-draft-both-w8a8     the W8A8 pair (draft-model-w8a8.toml) served the same way, compared with plain-w8a8
   llamacpp-plain, llamacpp-draft  llama.cpp on the same GGUF files, when the `xllamacpp` wheel is importable
 
-Every row runs in a fresh process (its peak RSS is its own; one model pair in memory at a time). Columns: tok/s (new
-tokens / wall seconds), x trtspec plain (of plain-int8 for draft-both-int8), x transformers plain, tau (tokens per
-target pass after the prefill: trtspec's runtime/stats.py definition; transformers: new tokens / target forward
-passes), alpha (accepted / drafted tokens), per-position acceptance (share of drafts whose accepted path reaches
-position i), c (the draft cost: the drafter's seconds per drafted token / the target's plain seconds per token, from
-the plain row; plain-int8's for draft-both-int8), identity with trtspec plain decoding (same tokens; served rows:
-same text), peak RSS (the row's process; served: tritonserver and its stubs, sampled after each request). A script
-that prints a table, never a test.
+Every row runs in a fresh process (its peak RSS is its own; one model pair in memory at a time). Columns: tok/s
+(new tokens / wall seconds), x trtspec plain (of its own plain row for the int8 and W8A8 pairs), x transformers
+plain, tau (tokens per target pass after the prefill: trtspec's runtime/stats.py definition; transformers: new
+tokens / target forward passes), alpha (accepted / drafted tokens), per-position acceptance (share of drafts whose
+accepted path reaches position i), c (the draft cost: the drafter's seconds per drafted token / the target's plain
+seconds per token, from the plain row; the quantized plain row's for a quantized pair), identity with trtspec plain
+decoding (same tokens; served rows: same text), peak RSS (the row's process; served: tritonserver and its stubs,
+sampled after each request). A script that prints a table, never a test.
 """
 
 from __future__ import annotations
@@ -69,12 +75,14 @@ SETS = ("code", "edit", "chat")
 K = 4
 SPECS = {"plain": "plain", "draft": "draft-model", "draft-int8": "draft-model-int8-draft", "ngram": "ngram",
          "suffix": "suffix", "lookahead": "lookahead", "eagle3": "eagle3", "served-plain": "plain",
-         "served-draft": "draft-model", "plain-int8": "plain-int8", "draft-both-int8": "draft-model-int8"}
+         "served-draft": "draft-model", "plain-int8": "plain-int8", "draft-both-int8": "draft-model-int8",
+         "plain-w8a8": "plain-w8a8", "draft-both-w8a8": "draft-model-w8a8"}
 ROWS = ("hf-plain", "hf-assisted", "plain", "draft", "draft-int8", "ngram", "suffix", "lookahead", "eagle3",
-        "plain-int8", "draft-both-int8", "served-plain", "served-draft", "served-draft-both-int8",
-        "llamacpp-plain", "llamacpp-draft")
+        "plain-int8", "draft-both-int8", "plain-w8a8", "draft-both-w8a8", "served-plain", "served-draft",
+        "served-draft-both-int8", "served-draft-both-w8a8", "llamacpp-plain", "llamacpp-draft")
 # rows over another target than bf16 plain's: compared with its own plain decoding
-OWN_PLAIN = {"draft-both-int8": "plain-int8", "served-draft-both-int8": "plain-int8"}
+OWN_PLAIN = {"draft-both-int8": "plain-int8", "served-draft-both-int8": "plain-int8",
+             "draft-both-w8a8": "plain-w8a8", "served-draft-both-w8a8": "plain-w8a8"}
 
 
 def _totals() -> dict:
@@ -94,7 +102,8 @@ def _spec(name: str):
     from trtspec.check import load_spec
 
     spec = load_spec(QWEN / f"{SPECS[name]}.toml")
-    if spec.speculative.method == "draft-model":  # constant K, as transformers' assisted row
+    if spec.speculative.method == "draft-model" and spec.model.quantization is None:
+        # constant K, as transformers' assisted row (a quantized pair has no peer row: its spec's adaptive K)
         adaptive = spec.speculative.adaptive.model_copy(update={"enabled": False})
         spec = spec.model_copy(update={"speculative": spec.speculative.model_copy(update={"adaptive": adaptive})})
     return spec

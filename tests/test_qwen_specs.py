@@ -15,9 +15,13 @@ TARGET = ROOT / "examples" / "models" / "qwen2.5-coder-1.5b-instruct"
 DRAFT = ROOT / "examples" / "models" / "qwen2.5-coder-0.5b-instruct"
 HEAD = ROOT / "examples" / "models" / "qwen2.5-coder-1.5b-instruct-eagle3"  # `make qwen-eagle3`
 SPECS = sorted(QWEN.glob("*.toml"))
-METHODS = {"plain": "none", "plain-int8": "none", "draft-model": "draft-model", "draft-model-int8": "draft-model",
-           "draft-model-int8-draft": "draft-model", "ngram": "ngram", "suffix": "suffix", "lookahead": "lookahead",
+METHODS = {"plain": "none", "plain-int8": "none", "plain-w8a8": "none", "draft-model": "draft-model",
+           "draft-model-int8": "draft-model", "draft-model-int8-draft": "draft-model",
+           "draft-model-w8a8": "draft-model", "ngram": "ngram", "suffix": "suffix", "lookahead": "lookahead",
            "eagle3": "eagle"}
+# the target's quantization by spec (the rest: none), and the drafter's (draft-model specs)
+TARGET_QUANT = {"plain-int8": "int8", "draft-model-int8": "int8", "plain-w8a8": "w8a8", "draft-model-w8a8": "w8a8"}
+DRAFT_QUANT = {"draft-model-int8": "int8", "draft-model-int8-draft": "int8", "draft-model-w8a8": "w8a8"}
 
 
 def test_every_method_has_its_spec():
@@ -29,10 +33,10 @@ def test_the_spec_serves_the_pair(path: Path):
     spec = load_spec(path)
     assert spec.speculative.method == METHODS[path.stem]
     assert Path(spec.model.target).resolve() == TARGET.resolve() and spec.model.dtype == "bfloat16"
-    assert spec.model.quantization == ("int8" if path.stem in ("plain-int8", "draft-model-int8") else None)
+    assert spec.model.quantization == TARGET_QUANT.get(path.stem)
     if spec.speculative.method == "draft-model":
         assert Path(spec.speculative.draft).resolve() == DRAFT.resolve() and spec.speculative.num_draft_tokens == 4
-        assert spec.speculative.draft_quantization == ("int8" if "int8" in path.stem else None)
+        assert spec.speculative.draft_quantization == DRAFT_QUANT.get(path.stem)
     if spec.speculative.method == "eagle":
         assert Path(spec.speculative.heads).resolve() == HEAD.resolve() and spec.speculative.num_draft_tokens == 4
 

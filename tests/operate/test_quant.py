@@ -1,6 +1,7 @@
-"""speculative.draft_quantization: weight-only int8/int4 drafters in the torch runtime stay lossless (greedy:
-token identity with plain decoding; sampling: the output distribution is the target's, chi-square), change
-only the drafter, and are refused where they do not apply."""
+"""speculative.draft_quantization: int8/int4 (weight-only) and W8A8 drafters in the torch runtime stay lossless
+(greedy: token identity with plain decoding; sampling: the output distribution is the target's, chi-square),
+change only the drafter, and are refused where they do not apply; quantized targets keep speculative decoding
+token-identical to their own plain decoding."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from tests.runtime import family
 from trtspec import methods
 from trtspec.check import load_spec, spec_from_dict
 from trtspec.errors import SpecError
-from trtspec.runtime.quant import Int8Linear, int8_kernel, quantize_int4, quantize_int8, quantize_proposer
+from trtspec.runtime.quant import (
+    Int8Linear,
+    W8A8Linear,
+    int8_kernel,
+    quantize_int4,
+    quantize_int8,
+    quantize_proposer,
+)
 
 
 def test_int8_per_channel_and_int4_per_group_levels():
@@ -119,18 +127,20 @@ def test_a_long_pass_of_an_int8_linear_is_a_gemm_and_exact_keeps_the_row_exact_k
     assert torch.equal(ql(x[:1]), exact[:1])  # 64 rows: the row-exact kernel still
 
 
-@pytest.mark.parametrize("method", ["draft-model", "ngram"])
-def test_int8_target_speculation_is_plain_decoding_of_it(fam, method):
-    """model.quantization = "int8": the target's linears and head are int8; speculative decoding of the
-    quantized target gives its plain decoding's tokens."""
+@pytest.mark.parametrize("method, mode", [("draft-model", "int8"), ("ngram", "int8"), ("draft-model", "w8a8"),
+                                          ("ngram", "w8a8")])
+def test_int8_target_speculation_is_plain_decoding_of_it(fam, method, mode):
+    """model.quantization = "int8" or "w8a8": the target's linears and head are int8 (W8A8: times int8
+    activations); speculative decoding of the quantized target gives its plain decoding's tokens."""
     from trtspec import methods
     from trtspec.runtime import SamplingParams
 
     data = load_spec(family.write_spec(fam, method, draft="draft_near")).to_dict()
-    data["model"]["quantization"] = "int8"
+    data["model"]["quantization"] = mode
     engine = methods.engine(spec_from_dict(data))
+    kind = Int8Linear if mode == "int8" else W8A8Linear
     try:
-        assert isinstance(engine.target.head, Int8Linear) and isinstance(engine.target.layers[0].gate_up, Int8Linear)
+        assert isinstance(engine.target.head, kind) and isinstance(engine.target.layers[0].gate_up, kind)
         assert engine.target.exact_attention  # runtime.torch.row_exact's default for a quantized target
         spec_out = engine.generate_batch(PROMPTS, SamplingParams(max_new_tokens=24))
         plain = [engine.generate(p, SamplingParams(max_new_tokens=24, num_draft_tokens=0)) for p in PROMPTS]
@@ -151,7 +161,7 @@ PROMPTS = ["w1 w2 w3 w4 w5", "w10 w20 w30", "w7 w7 w8 w9 w10"]
 
 
 @pytest.mark.parametrize("method", ["draft-model", "eagle"])
-@pytest.mark.parametrize("mode", ["int8", "int4"])
+@pytest.mark.parametrize("mode", ["int8", "int4", "w8a8"])
 def test_quantized_drafter_greedy_is_plain_decoding(fam, method, mode):
     from trtspec.runtime import SamplingParams
 
@@ -218,10 +228,13 @@ def test_draft_quantization_is_refused_where_it_does_not_apply(method, runtime, 
         assert "convert_checkpoint.py --use_weight_only --weight_only_precision int8" in problem
 
 
-def test_target_quantization_is_refused_on_tensorrt_llm_runtimes():
-    data = {"schema": 1, "model": {"target": "t", "quantization": "int8"}, "speculative": {"method": "none"},
+@pytest.mark.parametrize("mode, hint", [("int8", "--weight_only_precision int8"),
+                                        ("w8a8", "--smoothquant 0.5 --per_channel --per_token")])
+def test_target_quantization_is_refused_on_tensorrt_llm_runtimes(mode, hint):
+    data = {"schema": 1, "model": {"target": "t", "quantization": mode}, "speculative": {"method": "none"},
             "runtime": {"kind": "trtllm-llmapi", "device": "cuda"}, "gpu": {"type": "h100"}}
     with pytest.raises(SpecError) as err:
         spec_from_dict(data)
     problem = next(p for p in err.value.problems if p.startswith("model.quantization"))
-    assert "applies to the torch runtime" in problem and "W8A16" in problem
+    algo = {"int8": "W8A16", "w8a8": "W8A8_SQ_PER_CHANNEL"}[mode]
+    assert "applies to the torch runtime" in problem and hint in problem and f"quant_algo={algo}" in problem

@@ -1,11 +1,13 @@
-"""The fused CPU decoder layer (runtime/fused.py, kernels/decode_layer.cpp) of int8, bfloat16 and float32 models.
+"""The fused CPU decoder layer (runtime/fused.py, kernels/decode_layer.cpp) of int8, W8A8, bfloat16 and float32
+models.
 
 It computes what the torch path computes (float32: within 1e-4; bfloat16: up to bf16 rounding, both multiply in
 bf16 activations; int8: up to the bf16 rounding of the torch path's int8 kernel, which the fused one does not
-round), for every architecture the runtime runs, and it is row-exact itself: a verify pass's rows — a chain, a
-tree, the rows of a batch, inside or past a sliding window — give bit for bit the logits of one-row decode steps
-(the torch path's float32 batched attention does not). bfloat16 models are the bf16 matmul weights a 16-bit spec
-gets on CPUs with native bf16 (runtime/dtypes.py), here forced on every CPU."""
+round; W8A8: the same matmuls, the rest in torch), for every architecture the runtime runs, and it is row-exact
+itself: a verify pass's rows — a chain, a tree, the rows of a batch, inside or past a sliding window — give bit
+for bit the logits of one-row decode steps (the torch path's float32 batched attention does not). bfloat16
+models are the bf16 matmul weights a 16-bit spec gets on CPUs with native bf16 (runtime/dtypes.py), here forced
+on every CPU."""
 
 from __future__ import annotations
 
@@ -33,15 +35,15 @@ def _model(path, kind: str, fused_on: bool = True) -> Llama:
 def _load(path, kind: str = "int8", fused_on: bool = True) -> Llama:
     m = Llama.from_dir(path, dtype="float32", max_seq=MAX,
                        weight_dtype=torch.bfloat16 if kind == "bfloat16" else None)
-    if kind == "int8":
-        quantize_llama(m, "int8")
+    if kind in ("int8", "w8a8"):
+        quantize_llama(m, kind)
     if not fused_on:
         for lw in m.layers:
             lw.fused = None
     return m
 
 
-@pytest.fixture(params=["int8", "bfloat16", "float32"])
+@pytest.fixture(params=["int8", "w8a8", "bfloat16", "float32"])
 def kind(request) -> str:
     return request.param
 
@@ -72,7 +74,7 @@ def _ids(n: int, seed: int) -> list[int]:
 
 
 @pytest.mark.skipif(fused.compiler() is None, reason="no C++ compiler here: the kernel cannot be built")
-def test_the_kernel_builds_here_and_int8_bfloat16_and_float32_models_use_it(arch, kind):
+def test_the_kernel_builds_here_and_int8_w8a8_bfloat16_and_float32_models_use_it(arch, kind):
     assert fused.available(), "the fused kernel did not build (see the warning logged by trtspec.runtime.fused)"
     assert all(lw.fused is not None for lw in _load(arch, kind).layers)
 
@@ -215,7 +217,7 @@ def test_verify_rows_equal_decoding_at_a_real_mlp_width(wide, kind):
     test_fused_tree_nodes_and_batch_rows_equal_decoding(wide, kind)
 
 
-@pytest.mark.parametrize("drafter", ["bfloat16", "int8"])
+@pytest.mark.parametrize("drafter", ["bfloat16", "int8", "w8a8"])
 def test_a_draft_model_drafter_runs_through_the_fused_kernel(arch, drafter):
     """The draft-model drafter's layers take the same fused kernel as a target: bf16 weights (what draft_dtype
     gives a large drafter on CPUs with native bf16) or a weight-only int8 drafter (draft_quantization)."""
@@ -225,10 +227,10 @@ def test_a_draft_model_drafter_runs_through_the_fused_kernel(arch, drafter):
     target = _model(arch, "float32")
     p = DraftModelProposer(arch, weight_dtype=torch.bfloat16 if drafter == "bfloat16" else None)
     p.setup(target, 1, MAX, 4)
-    if drafter == "int8":
-        quantize_proposer(p, "int8", target)
+    if drafter != "bfloat16":
+        quantize_proposer(p, drafter, target)
     names = {lw.fused[0]._qualified_op_name for lw in p.model.layers}
-    assert names == {"trtspec::decode_layer_bf16" if drafter == "bfloat16" else "trtspec::decode_layer_int8"}
+    assert names == {f"trtspec::decode_layer_{'bf16' if drafter == 'bfloat16' else drafter}"}
 
 
 def test_a_lock_left_by_a_killed_build_does_not_hang_the_next_one(tmp_path, monkeypatch, caplog):

@@ -1,8 +1,9 @@
-"""kernels/int8_mm.h on the CPUs this machine may not be: the fused kernel is compiled for the CPU it runs on
-(-march=native), so its AVX2 + FMA variant (the fleet's AVX2-only machines) and its plain-loop variant would
-otherwise never be compiled or run here. Each is built alone (the header and one op) for that instruction set,
-then checked as the native one is: the dequantized product, and every row bit-identical whatever rows share
-its call."""
+"""kernels/int8_mm.h and kernels/w8a8_mm.h on the CPUs this machine may not be: the fused kernel is compiled
+for the CPU it runs on (-march=native), so its AVX2 + FMA variant (the fleet's AVX2-only machines) and its
+plain-loop variant would otherwise never be compiled or run here. Each is built alone (the header and one op) for
+that instruction set, then checked as the native one is: the dequantized product (int8_mm) or the torch
+reference's very bits (w8a8_mm: integer sums, the same on every instruction set), and every row bit-identical
+whatever rows share its call."""
 
 from __future__ import annotations
 
@@ -12,26 +13,28 @@ import pytest
 import torch
 
 from trtspec.runtime import fused
-from trtspec.runtime.quant import quantize_int8
+from trtspec.runtime.quant import pack_tiles, quantize_int8, w8a8_mm_reference
 
-HEADER = fused.SOURCE.parent / "int8_mm.h"
 ISAS = {"avx2": ["-mavx2", "-mfma", "-mno-avx512f"], "plain": ["-mno-avx", "-mno-avx2", "-mno-fma", "-mno-avx512f"]}
-OP = """#include "int8_mm.h"
+OP = """#include "{kernel}_mm.h"
 #include <torch/library.h>
-TORCH_LIBRARY({ns}, m) {{ m.def("int8_mm(Tensor x, Tensor q, Tensor s) -> Tensor", &int8_rows_mm); }}
+TORCH_LIBRARY({ns}, m) {{ m.def("mm(Tensor x, Tensor q, Tensor s) -> Tensor", &{kernel}_rows_mm); }}
 """
 
 
-def _op(isa: str):
-    ns = f"trtspec_int8_{isa}"
-    if not hasattr(torch.ops, ns) or not hasattr(getattr(torch.ops, ns), "int8_mm"):
+def _op(isa: str, kernel: str = "int8"):
+    """The matmul of kernels/<kernel>_mm.h, built alone for `isa`."""
+    header = fused.SOURCE.parent / f"{kernel}_mm.h"
+    ns = f"trtspec_{kernel}_{isa}"
+    if not hasattr(torch.ops, ns) or not hasattr(getattr(torch.ops, ns), "mm"):
         flags = ["-O2", "-std=c++17", "-fopenmp", *ISAS[isa]]
-        digest = hashlib.sha256(HEADER.read_bytes() + " ".join(flags).encode() + torch.__version__.encode())
+        digest = hashlib.sha256(header.read_bytes() + OP.encode() + " ".join(flags).encode()
+                                + torch.__version__.encode())
         name = f"{ns}_{digest.hexdigest()[:12]}"
         src = fused.build_dir(name) / f"{ns}.cpp"  # (in the build dir: one path, so a later run finds the build)
-        src.write_text(OP.format(ns=ns))
-        fused.load_extension(name, [src], flags, f"int8_mm.h for {isa}", include_dirs=(HEADER.parent,))
-    return getattr(torch.ops, ns).int8_mm
+        src.write_text(OP.format(ns=ns, kernel=kernel))
+        fused.load_extension(name, [src], flags, f"{header.name} for {isa}", include_dirs=(header.parent,))
+    return getattr(torch.ops, ns).mm
 
 
 @pytest.mark.skipif(fused.compiler() is None, reason="no C++ compiler here")
@@ -45,3 +48,14 @@ def test_the_int8_kernel_of_another_instruction_set_is_the_product_and_row_exact
     torch.testing.assert_close(y, x @ (q.float() * s[:, None]).t(), rtol=1e-4, atol=1e-3)
     assert all(torch.equal(mm(x[i:i + 1], q, s), y[i:i + 1]) for i in range(15))
     assert all(torch.equal(mm(x[:n], q, s), y[:n]) for n in (2, 5, 9, 13))
+
+
+@pytest.mark.skipif(fused.compiler() is None, reason="no C++ compiler here")
+@pytest.mark.parametrize("isa", list(ISAS))
+def test_the_w8a8_kernel_of_another_instruction_set_computes_the_same_bits(isa):
+    mm = _op(isa, "w8a8")
+    q, s = quantize_int8(torch.randn(37, 70))  # a tail past the tile (37 = 9 x 4 + 1), past a chunk (70 = 64 + 6)
+    x = torch.randn(15, 70) * torch.linspace(0.1, 5, 15)[:, None]
+    y = mm(x, pack_tiles(q), s)
+    assert torch.equal(y, w8a8_mm_reference(x, q, s))
+    assert all(torch.equal(mm(x[i:i + 1], pack_tiles(q), s), y[i:i + 1]) for i in range(15))

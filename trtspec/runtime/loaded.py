@@ -40,7 +40,7 @@ def model_bytes(path: str | Path, *, dtype: str = "float32", device: str = "cpu"
     """Bytes a Llama.from_dir of `path` holds once loaded, plus its load's transient peak (module docstring)."""
     compute = compute_dtype(dtype, device)
     mm = weight_dtype or target_weight_dtype(dtype, device) or compute
-    mm_size = 1 if quantization == "int8" else mm.itemsize
+    mm_size = 1 if quantization in ("int8", "w8a8") else mm.itemsize
     total, transient = 0, 0
     for f in weight_files(Path(path)):
         for name, info in safetensors_header(f).items():

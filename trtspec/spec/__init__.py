@@ -21,7 +21,7 @@ from trtspec.spec.load import Rules, load_spec, spec_from_dict
 from trtspec.spec.rules import (
                                 _MISSING,
                                 SCHEDULE_FLOOR,
-                                TRTLLM_WEIGHT_ONLY,
+                                TRTLLM_QUANTIZATION,
                                 Problem,
                                 check_paths,
                                 device_problems,
@@ -67,7 +67,7 @@ from trtspec.spec.schema import (
                                 drafter_spec,
 )
 
-__all__ = ["DEFAULT_SPEC", "MAX_DRAFT_TOKENS", "SCHEDULE_FLOOR", "SCHEMA_VERSION", "TRTLLM_WEIGHT_ONLY", "_MISSING",
+__all__ = ["DEFAULT_SPEC", "MAX_DRAFT_TOKENS", "SCHEDULE_FLOOR", "SCHEMA_VERSION", "TRTLLM_QUANTIZATION", "_MISSING",
            "AdaptiveSection", "CheckpointPath", "DType", "DrafterSection", "GpuSection", "GpuType", "LimitsSection",
            "LookaheadSection", "Method", "ModelSection", "NgramSection", "Problem", "RouterSection", "Rules",
            "RuntimeKind", "RuntimeSection", "Schedule", "ServingSection", "Spec", "SpeculativeSection", "SuffixSection",

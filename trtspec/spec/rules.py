@@ -65,10 +65,11 @@ def model_quantization_problems(spec: Spec, gpu_runtime: bool) -> list[Problem]:
     """model.quantization: the torch runtime's (a GPU runtime's targets are converted unquantized)."""
     if spec.model.quantization is None or not gpu_runtime:
         return []
-    flags = " ".join(TRTLLM_WEIGHT_ONLY[spec.model.quantization])
+    flags = " ".join(TRTLLM_QUANTIZATION[spec.model.quantization])
     return [Problem("model.quantization", spec.model.quantization, "applies to the torch runtime; trtspec "
                     "converts TensorRT-LLM targets unquantized", f"remove it and quantize with TensorRT-LLM "
-                    f"(convert_checkpoint.py {flags}, or the LLM API's QuantConfig(quant_algo=W8A16))")]
+                    f"(convert_checkpoint.py {flags}, or the LLM API's "
+                    f"QuantConfig(quant_algo={TRTLLM_QUANT_ALGO[spec.model.quantization]}))")]
 
 
 def length_problems(spec: Spec) -> list[Problem]:
@@ -118,9 +119,12 @@ def spec_problems(spec: Spec) -> list[Problem]:
             *serving_problems(spec)]
 
 
-# TensorRT-LLM's weight-only quantization of a checkpoint (examples/*/convert_checkpoint.py), per mode
-TRTLLM_WEIGHT_ONLY = {"int8": ["--use_weight_only", "--weight_only_precision", "int8"],
-                      "int4": ["--use_weight_only", "--weight_only_precision", "int4", "--group_size", "32"]}
+# TensorRT-LLM's quantization of a checkpoint (examples/*/convert_checkpoint.py), per mode: weight-only, or
+# SmoothQuant's per-channel weights and per-token activations for w8a8; and the LLM API's QuantConfig algorithm
+TRTLLM_QUANTIZATION = {"int8": ["--use_weight_only", "--weight_only_precision", "int8"],
+                       "int4": ["--use_weight_only", "--weight_only_precision", "int4", "--group_size", "32"],
+                       "w8a8": ["--smoothquant", "0.5", "--per_channel", "--per_token"]}
+TRTLLM_QUANT_ALGO = {"int8": "W8A16", "int4": "W4A16", "w8a8": "W8A8_SQ_PER_CHANNEL"}
 
 
 def quantization_problems(spec: Spec, weights: str | None, gpu_runtime: bool) -> list[Problem]:
@@ -131,7 +135,7 @@ def quantization_problems(spec: Spec, weights: str | None, gpu_runtime: bool) ->
         return [Problem(key, s.draft_quantization, f"method '{s.method}' has no drafter weights to quantize",
                         "remove draft_quantization")]
     if gpu_runtime:
-        flags = " ".join(TRTLLM_WEIGHT_ONLY[s.draft_quantization])
+        flags = " ".join(TRTLLM_QUANTIZATION[s.draft_quantization])
         return [Problem(key, s.draft_quantization, "applies to the torch runtime; trtspec converts TensorRT-LLM "
                         "drafters unquantized", f"remove it and convert the drafter with TensorRT-LLM's "
                         f"convert_checkpoint.py {flags} (then trtllm-build as usual)")]

@@ -1,11 +1,11 @@
-// One Llama-family decoder layer on CPU, of an int8 (weight-only), a bfloat16 or a float32 target, for the short passes of decoding
+// One Llama-family decoder layer on CPU, of an int8 (weight-only or W8A8), a bfloat16 or a float32 target, for the short passes of decoding
 // (a decode step, a verify pass, a batched decode step): what runtime/llama.py's `block` computes, in one call
 // instead of ~60 small torch ops (their dispatch, not their arithmetic, was ~40 % of a SmolLM2 decode step).
 //
 // Row-exact by construction: every row (b, t) is normed, rotated, attended and activated by the same loops on
 // its own data; attention reads exactly the cache slots the mask lets it see, in slot order, so a verify row
 // and the decode step that would produce the same token compute the same bits. The four matmuls are
-// int8_mm.h's (int8 weights, float32 activations), row-exact itself, or oneDNN's prepacked linear
+// int8_mm.h's (int8 weights, float32 activations) or w8a8_mm.h's (int8 activations), row-exact themselves, or oneDNN's prepacked linear
 // (bfloat16 weights with bf16 activations, or float32), called in blocks of lo..hi rows as runtime/linear.py's
 // Linear calls it (fewer rows zero-padded to lo, more split into calls of hi): oneDNN's summation order
 // follows the number of rows of a call, so each row must always see a call of the same kind.
@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "int8_mm.h"
+#include "w8a8_mm.h"
 
 namespace {
 
@@ -66,6 +67,9 @@ void rms_to(const float* x, const float* w, int64_t R, int64_t H, double eps, A*
 // or a bfloat16 or float32 weight prepacked for oneDNN (w; s = int64 [lo, hi], its row blocks), the kernel
 // runtime/linear.py's Linear calls. Both are row-independent: a row's result does not depend on the rows beside it.
 Tensor int8_mm(const Tensor& x, const Tensor& w, const Tensor& s) { return int8_rows_mm(x, w, s); }
+
+// int8 weights packed in tiles and int8 activations per row (w8a8_mm.h): integer sums, exact whatever the rows
+Tensor w8a8_mm(const Tensor& x, const Tensor& w, const Tensor& s) { return w8a8_rows_mm(x, w, s); }
 
 Tensor onednn_call(const Tensor& x, const Tensor& w) {
   static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
@@ -272,6 +276,9 @@ TORCH_LIBRARY(trtspec, lib) {
   lib.def(("decode_layer_int8" + args).c_str(), &decode_layer<float, int8_mm>);
   // the int8 matmul alone (runtime/quant.py's Int8Linear: a head, a layer the fused path does not run)
   lib.def("int8_mm(Tensor x, Tensor q, Tensor s) -> Tensor", &int8_rows_mm);
+  // w8a8: *_q int8 weights packed in tiles (runtime/quant.py's pack_tiles), *_s their float32 scales
+  lib.def(("decode_layer_w8a8" + args).c_str(), &decode_layer<float, w8a8_mm>);
+  lib.def("w8a8_mm(Tensor x, Tensor qp, Tensor s) -> Tensor", &w8a8_rows_mm);
   lib.def(("decode_layer_f32" + args).c_str(), &decode_layer<float, onednn_mm>);
   lib.def(("decode_layer_bf16" + args).c_str(), &decode_layer<BFloat16, onednn_mm>);
 }

@@ -69,9 +69,9 @@ inline acc_t zero() { return _mm512_setzero_si512(); }
 inline wvec load_w(const int8_t* p) {
   return {_mm512_xor_si512(_mm512_loadu_si512(p), _mm512_set1_epi8(static_cast<char>(0x80)))};
 }
-inline acc_t dot(acc_t acc, const wvec& w, const int8_t* x) {
-  return _mm512_dpbusd_epi32(acc, w.u, _mm512_loadu_si512(x));
-}
+using xvec = __m512i;
+inline xvec load_x(const int8_t* p) { return _mm512_loadu_si512(p); }
+inline acc_t dot(acc_t acc, const wvec& w, xvec x) { return _mm512_dpbusd_epi32(acc, w.u, x); }
 inline int32_t total(acc_t a) { return _mm512_reduce_add_epi32(a); }
 #elif defined(__AVX2__)
 constexpr int VB = 32, RB = 2;  // 8 accumulators + 4 x 2 weight vectors of 16 registers
@@ -85,8 +85,10 @@ inline wvec load_w(const int8_t* p) {
   const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return {_mm256_sign_epi8(q, q), q};
 }
-inline acc_t dot(acc_t acc, const wvec& w, const int8_t* x) {
-  const __m256i xs = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)), w.sign);
+using xvec = __m256i;
+inline xvec load_x(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline acc_t dot(acc_t acc, const wvec& w, xvec x) {
+  const __m256i xs = _mm256_sign_epi8(x, w.sign);
   const __m256i pairs = _mm256_maddubs_epi16(w.abs, xs);  // |q| * (x with q's sign), adjacent pairs summed
   return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
 }
@@ -108,7 +110,9 @@ struct wvec {
 };
 inline acc_t zero() { return {0}; }
 inline wvec load_w(const int8_t* p) { return {p}; }
-inline acc_t dot(acc_t acc, const wvec& w, const int8_t* x) {
+using xvec = const int8_t*;
+inline xvec load_x(const int8_t* p) { return p; }
+inline acc_t dot(acc_t acc, const wvec& w, xvec x) {
   for (int i = 0; i < VB; ++i) acc.v += static_cast<int32_t>(w.p[i]) * x[i];
   return acc;
 }
@@ -136,9 +140,11 @@ inline void tile(const int8_t* xq, const int32_t* xsum, const int8_t* qt, int64_
 #pragma GCC unroll 8
       for (int j = 0; j < NT; ++j) w[j] = load_w(wk + j * CK + h);
 #pragma GCC unroll 8
-      for (int r = 0; r < rb; ++r)
+      for (int r = 0; r < rb; ++r) {
+        const xvec xv = load_x(xq + r * Kp + k + h);  // once per row: one load feeds the tile's NT rows
 #pragma GCC unroll 8
-        for (int j = 0; j < NT; ++j) acc[r][j] = dot(acc[r][j], w[j], xq + r * Kp + k + h);
+        for (int j = 0; j < NT; ++j) acc[r][j] = dot(acc[r][j], w[j], xv);
+      }
     }
   }
   for (int r = 0; r < rb; ++r)

@@ -13,6 +13,7 @@ default):
   plain             trtspec, the torch runtime in-process (examples/qwen/plain.toml)
   draft             draft-model, constant K = 4 (examples/qwen/draft-model.toml, adaptive K off)
   draft-int8        the same with the weight-only int8 drafter (draft-model-int8-draft.toml)
+  draft-w8a8        the same with the W8A8 drafter (draft-model-w8a8-draft.toml)
   ngram, suffix, lookahead   the training-free drafters (examples/qwen/<name>.toml)
   eagle3            the EAGLE-3 head `make qwen-eagle3` trains for the target (examples/qwen/eagle3.toml), a chain of
                     up to K = 4 with the spec's adaptive K (it has no peer row to match a constant K; the cost model
@@ -73,12 +74,13 @@ GGUF = {"target": REPO / ".cache/qwen/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
         "draft": REPO / ".cache/qwen/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"}
 SETS = ("code", "edit", "chat")
 K = 4
-SPECS = {"plain": "plain", "draft": "draft-model", "draft-int8": "draft-model-int8-draft", "ngram": "ngram",
+SPECS = {"plain": "plain", "draft": "draft-model", "draft-int8": "draft-model-int8-draft",
+         "draft-w8a8": "draft-model-w8a8-draft", "ngram": "ngram",
          "suffix": "suffix", "lookahead": "lookahead", "eagle3": "eagle3", "served-plain": "plain",
          "served-draft": "draft-model", "plain-int8": "plain-int8", "draft-both-int8": "draft-model-int8",
          "plain-w8a8": "plain-w8a8", "draft-both-w8a8": "draft-model-w8a8"}
-ROWS = ("hf-plain", "hf-assisted", "plain", "draft", "draft-int8", "ngram", "suffix", "lookahead", "eagle3",
-        "plain-int8", "draft-both-int8", "plain-w8a8", "draft-both-w8a8", "served-plain", "served-draft",
+ROWS = ("hf-plain", "hf-assisted", "plain", "draft", "draft-int8", "draft-w8a8", "ngram", "suffix", "lookahead",
+        "eagle3", "plain-int8", "draft-both-int8", "plain-w8a8", "draft-both-w8a8", "served-plain", "served-draft",
         "served-draft-both-int8", "served-draft-both-w8a8", "llamacpp-plain", "llamacpp-draft")
 # rows over another target than bf16 plain's: compared with its own plain decoding
 OWN_PLAIN = {"draft-both-int8": "plain-int8", "served-draft-both-int8": "plain-int8",

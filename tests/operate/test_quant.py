@@ -238,3 +238,18 @@ def test_target_quantization_is_refused_on_tensorrt_llm_runtimes(mode, hint):
     problem = next(p for p in err.value.problems if p.startswith("model.quantization"))
     algo = {"int8": "W8A16", "w8a8": "W8A8_SQ_PER_CHANNEL"}[mode]
     assert "applies to the torch runtime" in problem and hint in problem and f"quant_algo={algo}" in problem
+
+
+@pytest.mark.parametrize("key", ["model", "speculative"])
+def test_w8a8_is_refused_on_the_torch_runtime_s_gpu(key):
+    """W8A8 is trtspec's CPU integer kernel: the torch runtime on CUDA has no such path (torch._int_mm there wants
+    16+ rows), so check names the key rather than a decode step failing."""
+    data = {"schema": 1, "model": {"target": "t"}, "speculative": {"method": "draft-model", "draft": "d"},
+            "runtime": {"kind": "torch", "device": "cuda"}, "gpu": {"type": "h100"}}
+    data[key]["quantization" if key == "model" else "draft_quantization"] = "w8a8"
+    with pytest.raises(SpecError) as err:
+        spec_from_dict(data)
+    problem = next(p for p in err.value.problems if "quantization" in p)
+    assert "w8a8 runs on CPU only" in problem and 'runtime.device = "cpu"' in problem
+    data[key]["quantization" if key == "model" else "draft_quantization"] = "int8"
+    spec_from_dict(data)  # int8 has a path there (dequantized)

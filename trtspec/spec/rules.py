@@ -62,9 +62,11 @@ def drafters_problems(spec: Spec, routed: bool, routed_methods: Sequence[str]) -
 
 
 def model_quantization_problems(spec: Spec, gpu_runtime: bool) -> list[Problem]:
-    """model.quantization: the torch runtime's (a GPU runtime's targets are converted unquantized)."""
-    if spec.model.quantization is None or not gpu_runtime:
+    """model.quantization: the torch runtime's (a GPU runtime's targets are converted unquantized); w8a8 on CPU."""
+    if spec.model.quantization is None:
         return []
+    if not gpu_runtime:
+        return _cpu_only("model.quantization", spec.model.quantization, spec.runtime.device)
     flags = " ".join(TRTLLM_QUANTIZATION[spec.model.quantization])
     return [Problem("model.quantization", spec.model.quantization, "applies to the torch runtime; trtspec "
                     "converts TensorRT-LLM targets unquantized", f"remove it and quantize with TensorRT-LLM "
@@ -139,7 +141,15 @@ def quantization_problems(spec: Spec, weights: str | None, gpu_runtime: bool) ->
         return [Problem(key, s.draft_quantization, "applies to the torch runtime; trtspec converts TensorRT-LLM "
                         "drafters unquantized", f"remove it and convert the drafter with TensorRT-LLM's "
                         f"convert_checkpoint.py {flags} (then trtllm-build as usual)")]
-    return []
+    return _cpu_only(key, s.draft_quantization, spec.runtime.device)
+
+
+def _cpu_only(key: str, mode: str, device: str) -> list[Problem]:
+    """w8a8 is trtspec's CPU kernel (integer dot products): the torch runtime on a GPU has no such path."""
+    if mode != "w8a8" or device == "cpu":
+        return []
+    return [Problem(key, mode, f"w8a8 runs on CPU only (trtspec's integer kernel), not on runtime.device "
+                    f"'{device}'", 'use "int8" there, or runtime.device = "cpu"')]
 
 
 SCHEDULE_FLOOR = 1  # the smallest K draft_len_schedule gets (TensorRT-LLM's min_runtime_draft_len, PR #16888)

@@ -389,7 +389,11 @@ def main() -> None:
 
 def training_cost(head: Path) -> str:
     """How the EAGLE-3 head was trained, from its trtspec.train.json: data, budget and wall time."""
-    meta = json.loads((head / "trtspec.train.json").read_text())
+    from trtspec.artifacts import manifest
+
+    meta = manifest.read(head / manifest.FILE_NAMES[manifest.TRAIN], manifest.TRAIN)
+    if meta is None:
+        return "eagle3 head: no readable training manifest (trtspec.train.json)"
     data, budget = meta["inputs"]["data"], meta["budget"]
     wall = budget["wall_s"]
     return (f"eagle3 head: {data['source']} ({data['mode']}, {data['tokens']:,} tokens, {data['samples']} samples), "

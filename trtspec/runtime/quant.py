@@ -216,7 +216,7 @@ class W8A8Linear:
 
     def __call__(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
         """x [..., K] -> [..., N] in x's dtype; row-exact at every row count (integer sums: no order to keep).
-        Passes of more than LONG_PASS_ROWS rows (a long prefill) take torch._int_mm on unpacked blocks of weight
+        Passes of more than LONG_PASS_ROWS_W8A8 rows (a long prefill) take torch._int_mm on unpacked blocks of weight
         rows: the same bits, from a GEMM."""
         x2 = x.reshape(-1, self.k).float()  # [R, K]
         if not self.own:

@@ -24,11 +24,12 @@ into different greedy tokens.
           version: the numbers are int4's, the speed is the float kernel's)
     w8a8  int8's weights, packed in tiles (pack_tiles), times each row of activations rounded to int8 by its own
           scale (dynamic, per token: no calibration), in exact int32 sums (kernels/w8a8_mm.h: AVX-512 VNNI or
-          AVX2 integer dot products): a verify pass of a few rows costs about a decode step, and the packed
-          tiles stream faster than int8's rows. Row-exact by construction (an integer sum has no order), and the
-          same bits from every instruction set's kernel, torch's int8 GEMM for long passes and the torch path
-          (torch._int_mm) where the kernel is not built. Another model again: on Qwen2.5-Coder-1.5B its greedy
-          text followed the bf16 target's in 5 of 6 prompts of 46-64 tokens (docs/qwen.md)
+          AVX2 integer dot products): the packed tiles stream faster than int8's rows (Qwen2.5-Coder-1.5B on an
+          AMD EPYC: a decode step 1.8x faster), and a verify pass of 5 rows costs 1.5-2x that step, each further
+          row bound by the cores' integer multiply-adds (docs/measurements.md). Row-exact by construction (an
+          integer sum has no order), and the same bits from every instruction set's kernel, torch's int8 GEMM for
+          long passes and the torch path (torch._int_mm) where the kernel is not built. Another model again: its
+          greedy text followed the bf16 target's on 3 of 12 Qwen prompts of up to 128 tokens (docs/qwen.md)
 
 `quantize_proposer` walks a proposer's attributes: each runtime Llama (its layers' qkv/o/gate_up/down and its
 head) and each Linear, alone or in (nested) lists, is replaced by its quantized twin (new objects: a tensor
@@ -190,6 +191,12 @@ def w8a8_mm_reference(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torc
     """x [R, K] float -> [R, N] float32 = w8a8_mm's bits: int32 sums by torch._int_mm (exact, as the kernel's),
     then float(sum) * sx[r] * s[n]. The torch path where the kernel is not built, and long passes' GEMM."""
     xq, sx = quantize_rows(x)
+    return _scaled_int_mm(xq, sx, q, s)
+
+
+def _scaled_int_mm(xq: torch.Tensor, sx: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """xq [R, K] int8 (row scales sx [R]) times q [N, K] int8 (scales s [N]) -> [R, N] float32: the int32 sums of
+    torch._int_mm, then float(sum) * sx[r] * s[n], the kernel's order of products."""
     return torch._int_mm(xq, q.t()).float() * sx[:, None] * s.float()
 
 
@@ -236,7 +243,7 @@ class W8A8Linear:
         for n0 in range(0, self.n, LONG_PASS_ROWS):
             n1 = min(self.n, n0 + LONG_PASS_ROWS)
             q = unpack_tiles(self.q[n0:n0 + LONG_PASS_ROWS], n1 - n0, self.k)  # [n, K]
-            y[:, n0:n1] = torch._int_mm(xq, q.t()).float() * sx[:, None] * self.s[n0:n1]
+            y[:, n0:n1] = _scaled_int_mm(xq, sx, q, self.s[n0:n1])
         return y
 
 

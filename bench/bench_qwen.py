@@ -14,6 +14,7 @@ default):
   draft             draft-model, constant K = 4 (examples/qwen/draft-model.toml, adaptive K off)
   draft-int8        the same with the weight-only int8 drafter (draft-model-int8-draft.toml)
   draft-w8a8        the same with the W8A8 drafter (draft-model-w8a8-draft.toml)
+  draft-w4a8        the same with the W4A8 drafter (draft-model-w4a8-draft.toml: 4-bit weights, int8 activations)
   ngram, suffix, lookahead   the training-free drafters (examples/qwen/<name>.toml)
   eagle3            the EAGLE-3 head `make qwen-eagle3` trains for the target (examples/qwen/eagle3.toml), a chain of
                     up to K = 4 with the spec's adaptive K (it has no peer row to match a constant K; the cost model
@@ -28,14 +29,19 @@ default):
                     token, integer sums): its own model, as plain-int8
   draft-both-w8a8   draft-model with the W8A8 target and the W8A8 drafter (draft-model-w8a8.toml), compared with
                     plain-w8a8
+  plain-w4a8        trtspec plain with the W4A8 target (plain-w4a8.toml: 4-bit weights in groups of 32, int8
+                    activations per token, integer sums): its own model, as plain-int8
+  draft-both-w4a8   draft-model with the W4A8 target and the W4A8 drafter (draft-model-w4a8.toml), compared with
+                    plain-w4a8
   served-plain, served-draft the plain and draft-model deployments served by the bundled Triton (gRPC streaming,
                     the chat sent as `messages`)
   served-draft-both-int8     the int8 pair (draft-model-int8.toml) served the same way, compared with plain-int8
   served-draft-both-w8a8     the W8A8 pair (draft-model-w8a8.toml) served the same way, compared with plain-w8a8
+  served-draft-both-w4a8     the W4A8 pair (draft-model-w4a8.toml) served the same way, compared with plain-w4a8
   llamacpp-plain, llamacpp-draft  llama.cpp on the same GGUF files, when the `xllamacpp` wheel is importable
 
 Every row runs in a fresh process (its peak RSS is its own; one model pair in memory at a time). Columns: tok/s
-(new tokens / wall seconds), x trtspec plain (of its own plain row for the int8 and W8A8 pairs), x transformers
+(new tokens / wall seconds), x trtspec plain (of its own plain row for the int8, W8A8 and W4A8 pairs), x transformers
 plain, tau (tokens per target pass after the prefill: trtspec's runtime/stats.py definition; transformers: new
 tokens / target forward passes), alpha (accepted / drafted tokens), per-position acceptance (share of drafts whose
 accepted path reaches position i), c (the draft cost: the drafter's seconds per drafted token / the target's plain
@@ -75,16 +81,19 @@ GGUF = {"target": REPO / ".cache/qwen/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
 SETS = ("code", "edit", "chat")
 K = 4
 SPECS = {"plain": "plain", "draft": "draft-model", "draft-int8": "draft-model-int8-draft",
-         "draft-w8a8": "draft-model-w8a8-draft", "ngram": "ngram",
+         "draft-w8a8": "draft-model-w8a8-draft", "draft-w4a8": "draft-model-w4a8-draft", "ngram": "ngram",
          "suffix": "suffix", "lookahead": "lookahead", "eagle3": "eagle3", "served-plain": "plain",
          "served-draft": "draft-model", "plain-int8": "plain-int8", "draft-both-int8": "draft-model-int8",
-         "plain-w8a8": "plain-w8a8", "draft-both-w8a8": "draft-model-w8a8"}
-ROWS = ("hf-plain", "hf-assisted", "plain", "draft", "draft-int8", "draft-w8a8", "ngram", "suffix", "lookahead",
-        "eagle3", "plain-int8", "draft-both-int8", "plain-w8a8", "draft-both-w8a8", "served-plain", "served-draft",
-        "served-draft-both-int8", "served-draft-both-w8a8", "llamacpp-plain", "llamacpp-draft")
+         "plain-w8a8": "plain-w8a8", "draft-both-w8a8": "draft-model-w8a8", "plain-w4a8": "plain-w4a8",
+         "draft-both-w4a8": "draft-model-w4a8"}
+ROWS = ("hf-plain", "hf-assisted", "plain", "draft", "draft-int8", "draft-w8a8", "draft-w4a8", "ngram", "suffix",
+        "lookahead", "eagle3", "plain-int8", "draft-both-int8", "plain-w8a8", "draft-both-w8a8", "plain-w4a8",
+        "draft-both-w4a8", "served-plain", "served-draft", "served-draft-both-int8", "served-draft-both-w8a8",
+        "served-draft-both-w4a8", "llamacpp-plain", "llamacpp-draft")
 # rows over another target than bf16 plain's: compared with its own plain decoding
 OWN_PLAIN = {"draft-both-int8": "plain-int8", "served-draft-both-int8": "plain-int8",
-             "draft-both-w8a8": "plain-w8a8", "served-draft-both-w8a8": "plain-w8a8"}
+             "draft-both-w8a8": "plain-w8a8", "served-draft-both-w8a8": "plain-w8a8",
+             "draft-both-w4a8": "plain-w4a8", "served-draft-both-w4a8": "plain-w4a8"}
 
 
 def _totals() -> dict:

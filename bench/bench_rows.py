@@ -1,11 +1,12 @@
 """A target pass's cost by row count, and whether every row of it is bit-identical to its own one-row step.
 
     .venv/bin/python bench/bench_rows.py [--reps 7] [--threads 2] [--context 200] [--rows 1,2,4,5,8,9,16]
-                                         [--models smollm2,qwen] [--dtypes float32,bfloat16,int8,w8a8] [--old]
+                                         [--models smollm2,qwen] [--dtypes float32,bfloat16,int8,w8a8,w4a8] [--old]
 
 For SmolLM2-135M (`make smollm2`: examples/models/smollm2-135m-instruct) and, where its import exists,
 Qwen2.5-Coder-1.5B-Instruct (examples/models/qwen2.5-coder-1.5b-instruct, or --qwen DIR), in float32, bfloat16
-matmul weights (where the CPU multiplies bf16 natively), weight-only int8 and W8A8 (int8 activations too): after
+matmul weights (where the CPU multiplies bf16 natively), weight-only int8, W8A8 (int8 activations too) and W4A8
+(4-bit weights in groups, int8 activations): after
 a prefill of --context tokens, a pass of R rows (a verify chain of R tokens) is timed for each R, round robin over
 the row counts, best of --reps.
 Printed per row count: ms per pass, x the one-row step, weight GB/s (the matmul weights' bytes / time), and
@@ -51,7 +52,7 @@ def cpu_line() -> str:
 def load(path: Path, dtype: str, context: int, max_rows: int) -> Llama:
     weight = torch.bfloat16 if dtype == "bfloat16" else torch.float32
     return Llama.from_dir(path, dtype="float32", max_seq=context + 2 * max_rows + 8, weight_dtype=weight,
-                          quantization=dtype if dtype in ("int8", "w8a8") else None)
+                          quantization=dtype if dtype in ("int8", "w8a8", "w4a8") else None)
 
 
 def linears(m: Llama) -> list:
@@ -139,7 +140,7 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=200)
     ap.add_argument("--rows", default="1,2,4,5,8,9,16")
     ap.add_argument("--models", default="smollm2,qwen")
-    ap.add_argument("--dtypes", default="float32,bfloat16,int8,w8a8")
+    ap.add_argument("--dtypes", default="float32,bfloat16,int8,w8a8,w4a8")
     ap.add_argument("--qwen", type=Path, default=None, help="the Qwen2.5-Coder-1.5B import (default: examples/)")
     ap.add_argument("--old", action="store_true", help="also the runtime before row blocks, side by side")
     args = ap.parse_args()

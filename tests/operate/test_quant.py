@@ -14,6 +14,7 @@ from trtspec.check import load_spec, spec_from_dict
 from trtspec.errors import SpecError
 from trtspec.runtime.quant import (
     Int8Linear,
+    W4A8Linear,
     W8A8Linear,
     int8_kernel,
     quantize_int4,
@@ -128,17 +129,17 @@ def test_a_long_pass_of_an_int8_linear_is_a_gemm_and_exact_keeps_the_row_exact_k
 
 
 @pytest.mark.parametrize("method, mode", [("draft-model", "int8"), ("ngram", "int8"), ("draft-model", "w8a8"),
-                                          ("ngram", "w8a8")])
+                                          ("ngram", "w8a8"), ("draft-model", "w4a8")])
 def test_int8_target_speculation_is_plain_decoding_of_it(fam, method, mode):
-    """model.quantization = "int8" or "w8a8": the target's linears and head are int8 (W8A8: times int8
-    activations); speculative decoding of the quantized target gives its plain decoding's tokens."""
+    """model.quantization = "int8", "w8a8" or "w4a8": the target's linears and head are quantized (W8A8 and W4A8:
+    times int8 activations); speculative decoding of the quantized target gives its plain decoding's tokens."""
     from trtspec import methods
     from trtspec.runtime import SamplingParams
 
     data = load_spec(family.write_spec(fam, method, draft="draft_near")).to_dict()
     data["model"]["quantization"] = mode
     engine = methods.engine(spec_from_dict(data))
-    kind = Int8Linear if mode == "int8" else W8A8Linear
+    kind = {"int8": Int8Linear, "w8a8": W8A8Linear, "w4a8": W4A8Linear}[mode]
     try:
         assert isinstance(engine.target.head, kind) and isinstance(engine.target.layers[0].gate_up, kind)
         assert engine.target.exact_attention  # runtime.torch.row_exact's default for a quantized target
@@ -161,7 +162,7 @@ PROMPTS = ["w1 w2 w3 w4 w5", "w10 w20 w30", "w7 w7 w8 w9 w10"]
 
 
 @pytest.mark.parametrize("method", ["draft-model", "eagle"])
-@pytest.mark.parametrize("mode", ["int8", "int4", "w8a8"])
+@pytest.mark.parametrize("mode", ["int8", "int4", "w8a8", "w4a8"])
 def test_quantized_drafter_greedy_is_plain_decoding(fam, method, mode):
     from trtspec.runtime import SamplingParams
 
@@ -228,28 +229,31 @@ def test_draft_quantization_is_refused_where_it_does_not_apply(method, runtime, 
         assert "convert_checkpoint.py --use_weight_only --weight_only_precision int8" in problem
 
 
-@pytest.mark.parametrize("mode, hint", [("int8", "--weight_only_precision int8"),
-                                        ("w8a8", "--smoothquant 0.5 --per_channel --per_token")])
+@pytest.mark.parametrize("mode, hint", [
+    ("int8", "convert_checkpoint.py --use_weight_only --weight_only_precision int8"),
+    ("w8a8", "convert_checkpoint.py --smoothquant 0.5 --per_channel --per_token"),
+    ("w4a8", "quantize.py --qformat w4a8_awq")])
 def test_target_quantization_is_refused_on_tensorrt_llm_runtimes(mode, hint):
     data = {"schema": 1, "model": {"target": "t", "quantization": mode}, "speculative": {"method": "none"},
             "runtime": {"kind": "trtllm-llmapi", "device": "cuda"}, "gpu": {"type": "h100"}}
     with pytest.raises(SpecError) as err:
         spec_from_dict(data)
     problem = next(p for p in err.value.problems if p.startswith("model.quantization"))
-    algo = {"int8": "W8A16", "w8a8": "W8A8_SQ_PER_CHANNEL"}[mode]
+    algo = {"int8": "W8A16", "w8a8": "W8A8_SQ_PER_CHANNEL", "w4a8": "W4A8_AWQ"}[mode]
     assert "applies to the torch runtime" in problem and hint in problem and f"quant_algo={algo}" in problem
 
 
+@pytest.mark.parametrize("mode", ["w8a8", "w4a8"])
 @pytest.mark.parametrize("key", ["model", "speculative"])
-def test_w8a8_is_refused_on_the_torch_runtime_s_gpu(key):
-    """W8A8 is trtspec's CPU integer kernel: the torch runtime on CUDA has no such path (torch._int_mm there wants
-    16+ rows), so check names the key rather than a decode step failing."""
+def test_integer_kernels_are_refused_on_the_torch_runtime_s_gpu(key, mode):
+    """W8A8 and W4A8 are trtspec's CPU integer kernels: the torch runtime on CUDA has no such path (torch._int_mm
+    there wants 16+ rows), so check names the key rather than a decode step failing."""
     data = {"schema": 1, "model": {"target": "t"}, "speculative": {"method": "draft-model", "draft": "d"},
             "runtime": {"kind": "torch", "device": "cuda"}, "gpu": {"type": "h100"}}
-    data[key]["quantization" if key == "model" else "draft_quantization"] = "w8a8"
+    data[key]["quantization" if key == "model" else "draft_quantization"] = mode
     with pytest.raises(SpecError) as err:
         spec_from_dict(data)
     problem = next(p for p in err.value.problems if "quantization" in p)
-    assert "w8a8 runs on CPU only" in problem and 'runtime.device = "cpu"' in problem
+    assert f"{mode} runs on CPU only" in problem and 'runtime.device = "cpu"' in problem
     data[key]["quantization" if key == "model" else "draft_quantization"] = "int8"
     spec_from_dict(data)  # int8 has a path there (dequantized)

@@ -35,7 +35,7 @@ def _model(path, kind: str, fused_on: bool = True) -> Llama:
 def _load(path, kind: str = "int8", fused_on: bool = True) -> Llama:
     m = Llama.from_dir(path, dtype="float32", max_seq=MAX,
                        weight_dtype=torch.bfloat16 if kind == "bfloat16" else None)
-    if kind in ("int8", "w8a8"):
+    if kind in ("int8", "w8a8", "w4a8"):
         quantize_llama(m, kind)
     if not fused_on:
         for lw in m.layers:
@@ -43,7 +43,7 @@ def _load(path, kind: str = "int8", fused_on: bool = True) -> Llama:
     return m
 
 
-@pytest.fixture(params=["int8", "w8a8", "bfloat16", "float32"])
+@pytest.fixture(params=["int8", "w8a8", "w4a8", "bfloat16", "float32"])
 def kind(request) -> str:
     return request.param
 
@@ -217,7 +217,7 @@ def test_verify_rows_equal_decoding_at_a_real_mlp_width(wide, kind):
     test_fused_tree_nodes_and_batch_rows_equal_decoding(wide, kind)
 
 
-@pytest.mark.parametrize("drafter", ["bfloat16", "int8", "w8a8"])
+@pytest.mark.parametrize("drafter", ["bfloat16", "int8", "w8a8", "w4a8"])
 def test_a_draft_model_drafter_runs_through_the_fused_kernel(arch, drafter):
     """The draft-model drafter's layers take the same fused kernel as a target: bf16 weights (what draft_dtype
     gives a large drafter on CPUs with native bf16) or a weight-only int8 drafter (draft_quantization)."""

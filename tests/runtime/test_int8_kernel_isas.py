@@ -1,9 +1,9 @@
-"""kernels/int8_mm.h and kernels/w8a8_mm.h on the CPUs this machine may not be: the fused kernel is compiled
-for the CPU it runs on (-march=native), so its AVX2 + FMA variant (the fleet's AVX2-only machines) and its
-plain-loop variant would otherwise never be compiled or run here. Each is built alone (the header and one op) for
-that instruction set, then checked as the native one is: the dequantized product (int8_mm) or the torch
-reference's very bits (w8a8_mm: integer sums, the same on every instruction set), and every row bit-identical
-whatever rows share its call."""
+"""kernels/int8_mm.h, kernels/w8a8_mm.h and kernels/w4a8_mm.h on the CPUs this machine may not be: the fused
+kernel is compiled for the CPU it runs on (-march=native), so its AVX2 + FMA variant (the fleet's AVX2-only
+machines) and its plain-loop variant would otherwise never be compiled or run here. Each is built alone (the
+header and one op) for that instruction set, then checked as the native one is: the dequantized product (int8_mm)
+or the torch reference's very bits (w8a8_mm and w4a8_mm: integer sums, the same on every instruction set), and
+every row bit-identical whatever rows share its call."""
 
 from __future__ import annotations
 
@@ -13,7 +13,14 @@ import pytest
 import torch
 
 from trtspec.runtime import fused
-from trtspec.runtime.quant import pack_tiles, quantize_int8, w8a8_mm_reference
+from trtspec.runtime.quant import (
+    pack_tiles,
+    pack_w4a8,
+    quantize_int8,
+    quantize_w4a8,
+    w4a8_mm_reference,
+    w8a8_mm_reference,
+)
 
 ISAS = {"avx2": ["-mavx2", "-mfma", "-mno-avx512f"], "plain": ["-mno-avx", "-mno-avx2", "-mno-fma", "-mno-avx512f"]}
 OP = """#include "{kernel}_mm.h"
@@ -59,3 +66,15 @@ def test_the_w8a8_kernel_of_another_instruction_set_computes_the_same_bits(isa):
     y = mm(x, pack_tiles(q), s)
     assert torch.equal(y, w8a8_mm_reference(x, q, s))
     assert all(torch.equal(mm(x[i:i + 1], pack_tiles(q), s), y[i:i + 1]) for i in range(15))
+
+
+@pytest.mark.skipif(fused.compiler() is None, reason="no C++ compiler here")
+@pytest.mark.parametrize("isa", list(ISAS))
+def test_the_w4a8_kernel_of_another_instruction_set_computes_the_same_bits(isa):
+    mm = _op(isa, "w4a8")
+    q, m, s = quantize_w4a8(torch.randn(37, 70))  # a tail past the tile (37 = 2 x 16 + 5), past a group (70)
+    x = torch.randn(15, 70) * torch.linspace(0.1, 5, 15)[:, None]
+    qp = pack_w4a8(q, m)
+    y = mm(x, qp, s)
+    assert torch.equal(y, w4a8_mm_reference(x, q, m, s))
+    assert all(torch.equal(mm(x[i:i + 1], qp, s), y[i:i + 1]) for i in range(15))

@@ -45,7 +45,8 @@ import torch
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("kernels") / "decode_layer.cpp"  # it includes the headers beside it
 FLAGS = ["-O3", "-march=native", "-std=c++17", "-fopenmp"]  # -fopenmp: at::parallel_for is OpenMP (torch's own libgomp)
-OPS = ("decode_layer_int8", "decode_layer_w8a8", "decode_layer_f32", "decode_layer_bf16", "int8_mm", "w8a8_mm")
+OPS = ("decode_layer_int8", "decode_layer_w8a8", "decode_layer_w4a8", "decode_layer_f32", "decode_layer_bf16",
+       "int8_mm", "w8a8_mm", "w4a8_mm")
 
 
 def flags() -> list[str]:
@@ -163,7 +164,7 @@ def layer_args(lw, eps: float) -> tuple | None:
     cannot: no input norm (an EAGLE layer), or linears other than int8 or W8A8 on trtspec's kernels (all four) or
     bfloat16 or float32 prepacked for oneDNN (all four, one dtype). Biases are passed as float32."""
     from trtspec.runtime.llama import Linear
-    from trtspec.runtime.quant import Int8Linear, W8A8Linear
+    from trtspec.runtime.quant import Int8Linear, W4A8Linear, W8A8Linear
 
     lins = (lw.qkv, lw.o, lw.gate_up, lw.down)
     if lw.attn_norm is None:
@@ -175,6 +176,10 @@ def layer_args(lw, eps: float) -> tuple | None:
             args += [x.q, x.s, None if x.b is None else x.b.float()]
     elif all(isinstance(x, W8A8Linear) and x.own for x in lins):
         name = "decode_layer_w8a8"
+        for x in lins:
+            args += [x.q, x.s, x.b]
+    elif all(isinstance(x, W4A8Linear) and x.own for x in lins):
+        name = "decode_layer_w4a8"
         for x in lins:
             args += [x.q, x.s, x.b]
     elif all(isinstance(x, Linear) and x.w.dtype == lins[0].w.dtype and x.packed is not None for x in lins):

@@ -31,6 +31,7 @@ from trtspec.runtime import memory
 from trtspec.runtime.dtypes import compute_dtype, storage_dtype, target_weight_dtype
 from trtspec.runtime.llama import Llama
 
+QUANTIZED_BYTES = {"int8": 1, "w8a8": 1, "w4a8": 0.5 + 1 / 32}  # per matmul weight (w4a8: a nibble + a group's step)
 _LOADED: "weakref.WeakValueDictionary[tuple, Llama]" = weakref.WeakValueDictionary()
 _LOCK = threading.Lock()
 
@@ -40,7 +41,7 @@ def model_bytes(path: str | Path, *, dtype: str = "float32", device: str = "cpu"
     """Bytes a Llama.from_dir of `path` holds once loaded, plus its load's transient peak (module docstring)."""
     compute = compute_dtype(dtype, device)
     mm = weight_dtype or target_weight_dtype(dtype, device) or compute
-    mm_size = 1 if quantization in ("int8", "w8a8") else mm.itemsize
+    mm_size = QUANTIZED_BYTES.get(quantization or "", mm.itemsize)
     total, transient = 0, 0
     for f in weight_files(Path(path)):
         for name, info in safetensors_header(f).items():
@@ -55,14 +56,14 @@ def model_bytes(path: str | Path, *, dtype: str = "float32", device: str = "cpu"
                 total += n * keep.itemsize
                 transient = max(transient, 0 if keep == stored else n * stored.itemsize)
             elif len(shape) == 2:
-                total += n * mm_size
+                total += int(n * mm_size)
                 # while packed or quantized, the plain weight is alive too; gate+up are concatenated first
                 transient = max(transient, 2 * (n * mm.itemsize + cast))
             else:
                 total += n * compute.itemsize
     c = ModelConfig.from_dir(path)
     head = c.vocab_size * c.hidden_size
-    total += head * mm_size  # the head's own matmul copy (prepacked or quantized), made while its source lives
+    total += int(head * mm_size)  # the head's own matmul copy (prepacked or quantized), made while its source lives
     return total + max(transient, head * mm.itemsize)
 
 

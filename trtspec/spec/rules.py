@@ -70,7 +70,7 @@ def model_quantization_problems(spec: Spec, gpu_runtime: bool) -> list[Problem]:
     flags = " ".join(TRTLLM_QUANTIZATION[spec.model.quantization])
     return [Problem("model.quantization", spec.model.quantization, "applies to the torch runtime; trtspec "
                     "converts TensorRT-LLM targets unquantized", f"remove it and quantize with TensorRT-LLM "
-                    f"(convert_checkpoint.py {flags}, or the LLM API's "
+                    f"({flags}, or the LLM API's "
                     f"QuantConfig(quant_algo={TRTLLM_QUANT_ALGO[spec.model.quantization]}))")]
 
 
@@ -121,12 +121,16 @@ def spec_problems(spec: Spec) -> list[Problem]:
             *serving_problems(spec)]
 
 
-# TensorRT-LLM's quantization of a checkpoint (examples/*/convert_checkpoint.py), per mode: weight-only, or
-# SmoothQuant's per-channel weights and per-token activations for w8a8; and the LLM API's QuantConfig algorithm
-TRTLLM_QUANTIZATION = {"int8": ["--use_weight_only", "--weight_only_precision", "int8"],
-                       "int4": ["--use_weight_only", "--weight_only_precision", "int4", "--group_size", "32"],
-                       "w8a8": ["--smoothquant", "0.5", "--per_channel", "--per_token"]}
-TRTLLM_QUANT_ALGO = {"int8": "W8A16", "int4": "W4A16", "w8a8": "W8A8_SQ_PER_CHANNEL"}
+# TensorRT-LLM's quantization of a checkpoint, per mode (the script, then its flags): weight-only or SmoothQuant's
+# per-channel weights and per-token activations for w8a8 (examples/*/convert_checkpoint.py), AWQ's int4 weights
+# with 8-bit activations for w4a8 (examples/quantization/quantize.py); and the LLM API's QuantConfig algorithm
+TRTLLM_QUANTIZATION = {"int8": ["convert_checkpoint.py", "--use_weight_only", "--weight_only_precision", "int8"],
+                       "int4": ["convert_checkpoint.py", "--use_weight_only", "--weight_only_precision", "int4",
+                                "--group_size", "32"],
+                       "w8a8": ["convert_checkpoint.py", "--smoothquant", "0.5", "--per_channel", "--per_token"],
+                       "w4a8": ["quantize.py", "--qformat", "w4a8_awq"]}
+TRTLLM_QUANT_ALGO = {"int8": "W8A16", "int4": "W4A16", "w8a8": "W8A8_SQ_PER_CHANNEL", "w4a8": "W4A8_AWQ"}
+CPU_ONLY = ("w8a8", "w4a8")  # trtspec's integer kernels: no path on the torch runtime's GPU
 
 
 def quantization_problems(spec: Spec, weights: str | None, gpu_runtime: bool) -> list[Problem]:
@@ -140,15 +144,16 @@ def quantization_problems(spec: Spec, weights: str | None, gpu_runtime: bool) ->
         flags = " ".join(TRTLLM_QUANTIZATION[s.draft_quantization])
         return [Problem(key, s.draft_quantization, "applies to the torch runtime; trtspec converts TensorRT-LLM "
                         "drafters unquantized", f"remove it and convert the drafter with TensorRT-LLM's "
-                        f"convert_checkpoint.py {flags} (then trtllm-build as usual)")]
+                        f"{flags} (then trtllm-build as usual)")]
     return _cpu_only(key, s.draft_quantization, spec.runtime.device)
 
 
 def _cpu_only(key: str, mode: str, device: str) -> list[Problem]:
-    """w8a8 is trtspec's CPU kernel (integer dot products): the torch runtime on a GPU has no such path."""
-    if mode != "w8a8" or device == "cpu":
+    """w8a8 and w4a8 are trtspec's CPU kernels (integer dot products): the torch runtime on a GPU has no such
+    path."""
+    if mode not in CPU_ONLY or device == "cpu":
         return []
-    return [Problem(key, mode, f"w8a8 runs on CPU only (trtspec's integer kernel), not on runtime.device "
+    return [Problem(key, mode, f"{mode} runs on CPU only (trtspec's integer kernel), not on runtime.device "
                     f"'{device}'", 'use "int8" there, or runtime.device = "cpu"')]
 
 

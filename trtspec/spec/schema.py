@@ -77,10 +77,11 @@ class ModelSection(_Strict):
     target: CheckpointPath = Field(description="target checkpoint dir (HF format: config.json + safetensors)")
     tokenizer: CheckpointPath | None = Field(None, description="tokenizer dir (default: the target dir)")
     dtype: DType = Field("float16", description="serving dtype of the weights")
-    quantization: Literal["int8", "w8a8"] | None = Field(
-        None, description="int8 target (torch runtime): int8 = weight-only per-channel int8 linears, float32 "
+    quantization: Literal["int8", "w8a8", "w4a8"] | None = Field(
+        None, description="quantized target (torch runtime): int8 = weight-only per-channel int8 linears, float32 "
         "activations (bf16 where trtspec's CPU kernel is not built); w8a8 = the same weights times activations "
-        "rounded to int8 per token, integer sums (faster verify passes); each another model than the float "
+        "rounded to int8 per token, integer sums (faster verify passes); w4a8 = 4-bit weights in groups of 32 "
+        "times int8 activations, integer sums (CPU; half w8a8's bytes); each another model than the float "
         "one, speculative and plain decoding of it stay token-identical")
 
 
@@ -169,9 +170,10 @@ class SpeculativeSection(_Strict):
     heads: CheckpointPath | None = Field(None, description="Medusa heads / EAGLE head dir (method medusa, eagle)")
     num_draft_tokens: int = Field(4, ge=1, le=MAX_DRAFT_TOKENS, description="K: max draft tokens per step")
     choices: list[list[int]] | None = Field(None, description="tree of top-i paths (medusa, eagle)")
-    draft_quantization: Literal["int8", "int4", "w8a8"] | None = Field(
+    draft_quantization: Literal["int8", "int4", "w8a8", "w4a8"] | None = Field(
         None, description="quantization of the drafter's linears (torch runtime): int8 per channel, int4 per "
-                          "group of 32 (weight-only), w8a8 = int8 weights and activations")
+                          "group of 32 (weight-only), w8a8 = int8 weights and activations, w4a8 = 4-bit "
+                          "weights in groups of 32 and int8 activations (CPU)")
     schedule: Schedule | None = Field(None, description="K by load: {smallest batch size of a band = K}, e.g. "
                                       "{1 = 4, 4 = 2} (trtspec tune writes it; TensorRT-LLM's draft_len_schedule)")
     lookahead: LookaheadSection = LookaheadSection()

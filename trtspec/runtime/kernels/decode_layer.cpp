@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "int8_mm.h"
+#include "w4a8_mm.h"
 #include "w8a8_mm.h"
 
 namespace {
@@ -70,6 +71,9 @@ Tensor int8_mm(const Tensor& x, const Tensor& w, const Tensor& s) { return int8_
 
 // int8 weights packed in tiles and int8 activations per row (w8a8_mm.h): integer sums, exact whatever the rows
 Tensor w8a8_mm(const Tensor& x, const Tensor& w, const Tensor& s) { return w8a8_rows_mm(x, w, s); }
+
+// 4-bit weights in groups with integer steps of a row scale, int8 activations (w4a8_mm.h): integer sums too
+Tensor w4a8_mm(const Tensor& x, const Tensor& w, const Tensor& s) { return w4a8_rows_mm(x, w, s); }
 
 Tensor onednn_call(const Tensor& x, const Tensor& w) {
   static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
@@ -139,7 +143,8 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
   TORCH_CHECK(kc.dim() == 4 && kc.sizes() == vc.sizes() && vc.scalar_type() == at::kFloat && kc.size(1) == nkv &&
               nkv > 0 && nh % nkv == 0 && kc.size(3) % 2 == 0, "cache layers: [rows, kv_heads, max_seq, head_dim]");
   const int64_t D = kc.size(3), maxS = kc.size(2), n_rep = nh / nkv, nq = nh * D, nk = nkv * D;
-  TORCH_CHECK(qkv_q.size(0) == nq + 2 * nk, "qkv weight does not match the heads");
+  // (a W4A8 weight's rows are packed in tiles: its row scales give its rows)
+  TORCH_CHECK((matmul == w4a8_mm ? qkv_s.size(0) : qkv_q.size(0)) == nq + 2 * nk, "qkv weight does not match the heads");
   TORCH_CHECK(row0 >= 0 && row0 + B <= kc.size(0), "rows outside the cache");
   TORCH_CHECK(rope.dim() == 2 && rope.size(1) == 2 * D, "rope: [max_seq, 2 * head_dim]");
   TORCH_CHECK(attn_norm.numel() == H && mlp_norm.numel() == H && attn_norm.scalar_type() == at::kFloat &&
@@ -279,6 +284,9 @@ TORCH_LIBRARY(trtspec, lib) {
   // w8a8: *_q int8 weights packed in tiles (runtime/quant.py's pack_tiles), *_s their float32 scales
   lib.def(("decode_layer_w8a8" + args).c_str(), &decode_layer<float, w8a8_mm>);
   lib.def("w8a8_mm(Tensor x, Tensor qp, Tensor s) -> Tensor", &w8a8_rows_mm);
+  // w4a8: *_q 4-bit weights and their group steps packed in tiles (runtime/quant.py's pack_w4a8), *_s row scales
+  lib.def(("decode_layer_w4a8" + args).c_str(), &decode_layer<float, w4a8_mm>);
+  lib.def("w4a8_mm(Tensor x, Tensor qp, Tensor s) -> Tensor", &w4a8_rows_mm);
   lib.def(("decode_layer_f32" + args).c_str(), &decode_layer<float, onednn_mm>);
   lib.def(("decode_layer_bf16" + args).c_str(), &decode_layer<BFloat16, onednn_mm>);
 }

@@ -1,0 +1,246 @@
+// W4A8 matmul for the short passes of decoding: 4-bit weights in groups of G = 32 columns, int8 activations per
+// row (dynamic, as w8a8_mm.h rounds them), integer sums throughout.
+//
+//   y [R, N] = float(sum_g m[n, g] * sum_{k in g} xq[r, k] q[n, k]) * sx[r] * S[n]
+//
+// q in [-8, 7] (stored as q + 8 in a nibble); each group's scale is S[n] * m[n, g], an integer step m in
+// [0, 255] of the row's scale S[n] (runtime/quant.py's `quantize_w4a8` bounds m so that no sum can leave int32).
+// Why: half of W8A8's bytes per weight (4.5 bits with m), so a decode step that streams its weights takes about
+// half the time; and a group's scale that is an integer keeps the sum an integer, as W8A8's is: exact, so no
+// order to keep, the same bits on every instruction set and from the torch reference (`w4a8_mm_reference`),
+// and every row the same whatever rows share its call.
+//
+// Packed layout (runtime/quant.py's `pack_w4a8`), one run of memory per tile of NT = 16 weight rows:
+//   [m: ng x 16 bytes, padded to 64] [ng groups x 4 octets x 64 bytes]
+// where ng = ceil(K / 32) and in octet o of group g, byte lane * 4 + c holds (q + 8) of row n0 + lane at column
+// k = 32 g + 8 o + c in its low nibble and at column k + 4 in its high nibble: one 64-byte vector unpacks into two
+// vectors of 16 lanes x 4 bytes, the operand of an integer dot product whose 16 lanes are the tile's 16 rows.
+//
+// Kernels by the CPU this is compiled for: AVX-512 VNNI (vpdpbusd: the weights q + 8 unsigned, the activations
+// signed; each group's sum starts at -8 * sum_{k in g} xq), AVX2 (vpmaddubsw, then vpmaddwd: no pair of products
+// can saturate, as q + 8 <= 15 and |xq| <= 127), else plain loops.
+
+#pragma once
+
+#include "w8a8_mm.h"  // quantize_row: each row of activations rounded to int8 as W8A8 rounds it
+
+namespace trtspec_w4a8 {
+namespace {
+
+constexpr int NT = 16, G = 32;  // weight rows per tile (the lanes of a dot product), columns per group
+// bytes ahead in the tile's run: 0, 4, 8, 16 and 32 KB were all within noise of each other (a decode step of
+// Qwen2.5-Coder-1.5B's layers on an AMD EPYC), none much better than no prefetch for one row, 4 KB best at 5-9 rows
+constexpr int64_t PREFETCH = 4096;
+
+inline int64_t groups(int64_t K) { return (K + G - 1) / G; }
+inline int64_t m_bytes(int64_t ng) { return (ng * NT + 63) / 64 * 64; }
+inline int64_t tile_bytes(int64_t K) { return m_bytes(groups(K)) + groups(K) * 4 * 64; }
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+constexpr int RB = 6;  // rows per block: 6 x 2 accumulators + 8 weight vectors + m of 32 registers
+constexpr int HALVES = 1;  // vectors of lanes per tile
+using ivec = __m512i;
+inline ivec set1(int32_t v) { return _mm512_set1_epi32(v); }
+inline ivec zero() { return _mm512_setzero_si512(); }
+// the two nibble vectors of one octet (this half: all 16 lanes)
+inline void unpack(const uint8_t* p, int, ivec* lo, ivec* hi) {
+  const __m512i v = _mm512_loadu_si512(p), mask = _mm512_set1_epi8(0x0F);
+  *lo = _mm512_and_si512(v, mask);
+  *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+}
+inline ivec dot(ivec acc, ivec w, const int8_t* x4) {
+  int32_t x;
+  __builtin_memcpy(&x, x4, 4);
+  return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(x));
+}
+inline ivec load_m(const uint8_t* p, int) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline ivec madd(ivec tot, ivec a, ivec m) { return _mm512_add_epi32(tot, _mm512_mullo_epi32(a, m)); }
+inline void store(int32_t* out, ivec v) { _mm512_storeu_si512(out, v); }
+#elif defined(__AVX2__)
+constexpr int RB = 2;
+constexpr int HALVES = 2;  // two vectors of 8 lanes per tile
+using ivec = __m256i;
+inline ivec set1(int32_t v) { return _mm256_set1_epi32(v); }
+inline ivec zero() { return _mm256_setzero_si256(); }
+inline void unpack(const uint8_t* p, int half, ivec* lo, ivec* hi) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * half));
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  *lo = _mm256_and_si256(v, mask);
+  *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+}
+inline ivec dot(ivec acc, ivec w, const int8_t* x4) {
+  int32_t x;
+  __builtin_memcpy(&x, x4, 4);
+  const __m256i pairs = _mm256_maddubs_epi16(w, _mm256_set1_epi32(x));  // (q + 8) * xq, adjacent pairs summed
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+inline ivec load_m(const uint8_t* p, int half) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * half)));
+}
+inline ivec madd(ivec tot, ivec a, ivec m) { return _mm256_add_epi32(tot, _mm256_mullo_epi32(a, m)); }
+inline void store(int32_t* out, ivec v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), v); }
+#else
+constexpr int RB = 4;
+constexpr int HALVES = 1;
+struct ivec {
+  int32_t v[NT];
+};
+inline ivec set1(int32_t x) {
+  ivec r;
+  for (int i = 0; i < NT; ++i) r.v[i] = x;
+  return r;
+}
+inline ivec zero() { return set1(0); }
+// byte lane * 4 + c, as the lanes of a 4-byte dot product
+struct nib {
+  uint8_t b[NT * 4];
+};
+inline void unpack(const uint8_t* p, int, nib* lo, nib* hi) {
+  for (int i = 0; i < NT * 4; ++i) {
+    lo->b[i] = p[i] & 0x0F;
+    hi->b[i] = p[i] >> 4;
+  }
+}
+inline ivec dot(ivec acc, const nib& w, const int8_t* x4) {
+  for (int i = 0; i < NT; ++i)
+    for (int c = 0; c < 4; ++c) acc.v[i] += static_cast<int32_t>(w.b[i * 4 + c]) * x4[c];
+  return acc;
+}
+inline ivec load_m(const uint8_t* p, int) {
+  ivec r;
+  for (int i = 0; i < NT; ++i) r.v[i] = p[i];
+  return r;
+}
+inline ivec madd(ivec tot, ivec a, ivec m) {
+  for (int i = 0; i < NT; ++i) tot.v[i] += a.v[i] * m.v[i];
+  return tot;
+}
+inline void store(int32_t* out, ivec v) {
+  for (int i = 0; i < NT; ++i) out[i] = v.v[i];
+}
+#endif
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) || defined(__AVX2__)
+using wvec = ivec;
+#else
+using wvec = nib;
+#endif
+constexpr int LANES = NT / HALVES;
+
+// out[r * NT + lane] = sum_g m[lane, g] * sum_{k in g} xq[r, k] q[lane, k] for rb rows of xq (stride Kp; init:
+// -8 * each group's sum of xq, stride ng) and one packed tile
+template <int rb>
+inline void tile(const int8_t* xq, const int32_t* init, int64_t Kp, int64_t ng, const uint8_t* qt, int32_t* out) {
+  const uint8_t* mp = qt;
+  const uint8_t* wp = qt + m_bytes(ng);
+  for (int half = 0; half < HALVES; ++half) {
+    ivec tot[rb];
+#pragma GCC unroll 8
+    for (int r = 0; r < rb; ++r) tot[r] = zero();
+    for (int64_t g = 0; g < ng; ++g) {
+      const uint8_t* wg = wp + g * 256;
+      __builtin_prefetch(wg + PREFETCH, 0, 3);
+      __builtin_prefetch(wg + PREFETCH + 64, 0, 3);
+      __builtin_prefetch(wg + PREFETCH + 128, 0, 3);
+      __builtin_prefetch(wg + PREFETCH + 192, 0, 3);
+      wvec lo[4], hi[4];
+#pragma GCC unroll 4
+      for (int o = 0; o < 4; ++o) unpack(wg + o * 64, half, &lo[o], &hi[o]);
+      const ivec m = load_m(mp + g * NT, half);
+#pragma GCC unroll 8
+      for (int r = 0; r < rb; ++r) {
+        const int8_t* x = xq + r * Kp + g * G;
+        ivec a = set1(init[r * ng + g]);
+#pragma GCC unroll 4
+        for (int o = 0; o < 4; ++o) {
+          a = dot(a, lo[o], x + 8 * o);
+          a = dot(a, hi[o], x + 8 * o + 4);
+        }
+        tot[r] = madd(tot[r], a, m);
+      }
+    }
+    for (int r = 0; r < rb; ++r) store(out + r * NT + half * LANES, tot[r]);
+  }
+}
+
+inline void rows(int rb, const int8_t* xq, const int32_t* init, int64_t Kp, int64_t ng, const uint8_t* qt,
+                 int32_t* out) {
+  static_assert(RB <= 6, "one case per row count below");
+  switch (rb) {
+    case 1: return tile<1>(xq, init, Kp, ng, qt, out);
+    case 2: return tile<std::min(2, RB)>(xq, init, Kp, ng, qt, out);
+    case 3: return tile<std::min(3, RB)>(xq, init, Kp, ng, qt, out);
+    case 4: return tile<std::min(4, RB)>(xq, init, Kp, ng, qt, out);
+    case 5: return tile<std::min(5, RB)>(xq, init, Kp, ng, qt, out);
+    default: return tile<RB>(xq, init, Kp, ng, qt, out);
+  }
+}
+
+constexpr int64_t ROW_CHUNK = 64;  // rows of x per sweep over the weights
+
+template <typename S, typename Y>
+void mm(const float* x, int64_t R, int64_t K, const uint8_t* qp, const S* s, int64_t N, Y* y) {
+  const int64_t ng = groups(K), Kp = ng * G, tb = tile_bytes(K), tiles = (N + NT - 1) / NT;
+  std::vector<int8_t> xq(R * Kp);
+  std::vector<float> sx(R);
+  std::vector<int32_t> init(R * ng);
+  for (int64_t r = 0; r < R; ++r) {
+    int32_t total;
+    trtspec_w8a8::quantize_row(x + r * K, K, Kp, xq.data() + r * Kp, &sx[r], &total);
+    for (int64_t g = 0; g < ng; ++g) {
+      int32_t sum = 0;
+      for (int k = 0; k < G; ++k) sum += xq[r * Kp + g * G + k];
+      init[r * ng + g] = -8 * sum;
+    }
+  }
+  for (int64_t r0 = 0; r0 < R; r0 += ROW_CHUNK) {
+    const int64_t rc = std::min(ROW_CHUNK, R - r0);
+    at::parallel_for(0, tiles, 4, [&](int64_t lo, int64_t hi) {
+      int32_t out[RB * NT];
+      for (int64_t t = lo; t < hi; ++t) {
+        const int64_t n = t * NT, nt = std::min<int64_t>(NT, N - n);
+        for (int64_t r = r0; r < r0 + rc; r += RB) {
+          const int rb = static_cast<int>(std::min<int64_t>(RB, r0 + rc - r));
+          rows(rb, xq.data() + r * Kp, init.data() + r * ng, Kp, ng, qp + t * tb, out);
+          for (int i = 0; i < rb; ++i)
+            for (int64_t j = 0; j < nt; ++j)
+              y[(r + i) * N + n + j] =
+                  Y(static_cast<float>(out[i * NT + j]) * sx[r + i] * static_cast<float>(s[n + j]));
+        }
+      }
+    });
+  }
+}
+
+}  // namespace
+}  // namespace trtspec_w4a8
+
+// y [R, N] in x's dtype (bfloat16 or float32) = x [R, K], rounded to int8 per row, times the 4-bit weight packed as
+// qp [ceil(N / 16), tile bytes] uint8 (the layout above; runtime/quant.py's `pack_w4a8`), scaled by the row's
+// scale and S [N] (bfloat16 or float32)
+static inline at::Tensor w4a8_rows_mm(const at::Tensor& x, const at::Tensor& qp, const at::Tensor& s) {
+  using trtspec_w4a8::NT;
+  TORCH_CHECK(x.dim() == 2 && qp.dim() == 2 && s.dim() == 1, "w4a8_mm: x [R, K], qp [tiles, bytes], s [N]");
+  const int64_t R = x.size(0), K = x.size(1), N = s.size(0);
+  TORCH_CHECK(qp.scalar_type() == at::kByte && qp.is_contiguous(), "w4a8_mm: qp uint8, contiguous");
+  TORCH_CHECK(qp.size(0) == (N + NT - 1) / NT && qp.size(1) == trtspec_w4a8::tile_bytes(K),
+              "w4a8_mm: qp is not a [", N, ", ", K, "] weight packed in tiles of ", NT, " rows (pack_w4a8)");
+  TORCH_CHECK(K < 65536, "w4a8_mm: K must be below 65536");
+  TORCH_CHECK(s.is_contiguous() && (s.scalar_type() == at::kFloat || s.scalar_type() == at::kBFloat16),
+              "w4a8_mm: s [N] float32 or bfloat16");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "w4a8_mm: x float32 or bfloat16");
+  const at::Tensor xf = x.to(at::kFloat).contiguous();
+  at::Tensor y = at::empty({R, N}, x.options());
+  const float* xp = xf.const_data_ptr<float>();
+  const uint8_t* qq = qp.const_data_ptr<uint8_t>();
+  const bool sf = s.scalar_type() == at::kFloat, yf = x.scalar_type() == at::kFloat;
+  using c10::BFloat16;
+  using trtspec_w4a8::mm;
+  if (sf && yf) mm(xp, R, K, qq, s.const_data_ptr<float>(), N, y.data_ptr<float>());
+  else if (sf) mm(xp, R, K, qq, s.const_data_ptr<float>(), N, y.data_ptr<BFloat16>());
+  else if (yf) mm(xp, R, K, qq, s.const_data_ptr<BFloat16>(), N, y.data_ptr<float>());
+  else mm(xp, R, K, qq, s.const_data_ptr<BFloat16>(), N, y.data_ptr<BFloat16>());
+  return y;
+}

@@ -1,7 +1,7 @@
 """Qwen2.5-Coder-1.5B-Instruct drafted by its 0.5B sibling: every variant side by side, in one run, per prompt set.
 
     .venv/bin/python bench/bench_qwen.py [--rows hf-plain,plain,draft] [--sets code,chat] [--prompts 4]
-                                         [--new 128] [--threads 2] [--json out.json]
+                                         [--new 128] [--threads 2] [--paired] [--json out.json]
 
 Needs `make qwen` (the bf16 imports in examples/models/qwen2.5-coder-{1.5b,0.5b}-instruct/). Prompt sets:
 examples/qwen/{code,edit,chat}.jsonl (code completion, edit/rewrite of a given text, open chat), each prompt a user
@@ -25,6 +25,8 @@ default):
   draft-both-int8   draft-model with the int8 target and the int8 drafter (draft-model-int8.toml), compared with
                     plain-int8 (its own plain decoding) for speed and identity; K by the spec's adaptive K (the
                     measured costs), as every quantized pair (no peer row to match a constant K)
+  draft-int8-w4a8   the int8 target with the W4A8 drafter (draft-model-int8-w4a8-draft.toml), compared with
+                    plain-int8: the int8 path of an AVX2-only CPU with its cheapest drafter
   plain-w8a8        trtspec plain with the W8A8 target (plain-w8a8.toml: int8 weights and int8 activations per
                     token, integer sums): its own model, as plain-int8
   draft-both-w8a8   draft-model with the W8A8 target and the W8A8 drafter (draft-model-w8a8.toml), compared with
@@ -48,6 +50,11 @@ accepted path reaches position i), c (the draft cost: the drafter's seconds per 
 seconds per token, from the plain row; the quantized plain row's for a quantized pair), identity with trtspec plain
 decoding (same tokens; served rows: same text), peak RSS (the row's process; served: tritonserver and its stubs,
 sampled after each request). A script that prints a table, never a test.
+
+--paired also decodes every prompt of an in-process speculative row plainly, right after its speculative run, in
+the same process and engine (its target, K = 0), and adds the column `x paired plain`: the ratio of the two,
+measured seconds apart, so the drift of a VM between rows' processes (+-30 % here) does not enter it. It makes
+those rows about twice as long.
 """
 
 from __future__ import annotations
@@ -84,21 +91,24 @@ SPECS = {"plain": "plain", "draft": "draft-model", "draft-int8": "draft-model-in
          "draft-w8a8": "draft-model-w8a8-draft", "draft-w4a8": "draft-model-w4a8-draft", "ngram": "ngram",
          "suffix": "suffix", "lookahead": "lookahead", "eagle3": "eagle3", "served-plain": "plain",
          "served-draft": "draft-model", "plain-int8": "plain-int8", "draft-both-int8": "draft-model-int8",
+         "draft-int8-w4a8": "draft-model-int8-w4a8-draft",
          "plain-w8a8": "plain-w8a8", "draft-both-w8a8": "draft-model-w8a8", "plain-w4a8": "plain-w4a8",
          "draft-both-w4a8": "draft-model-w4a8"}
 ROWS = ("hf-plain", "hf-assisted", "plain", "draft", "draft-int8", "draft-w8a8", "draft-w4a8", "ngram", "suffix",
-        "lookahead", "eagle3", "plain-int8", "draft-both-int8", "plain-w8a8", "draft-both-w8a8", "plain-w4a8",
-        "draft-both-w4a8", "served-plain", "served-draft", "served-draft-both-int8", "served-draft-both-w8a8",
-        "served-draft-both-w4a8", "llamacpp-plain", "llamacpp-draft")
+        "lookahead", "eagle3", "plain-int8", "draft-both-int8", "draft-int8-w4a8", "plain-w8a8", "draft-both-w8a8",
+        "plain-w4a8", "draft-both-w4a8", "served-plain", "served-draft", "served-draft-both-int8",
+        "served-draft-both-w8a8", "served-draft-both-w4a8", "llamacpp-plain", "llamacpp-draft")
 # rows over another target than bf16 plain's: compared with its own plain decoding
 OWN_PLAIN = {"draft-both-int8": "plain-int8", "served-draft-both-int8": "plain-int8",
+             "draft-int8-w4a8": "plain-int8",
              "draft-both-w8a8": "plain-w8a8", "served-draft-both-w8a8": "plain-w8a8",
              "draft-both-w4a8": "plain-w4a8", "served-draft-both-w4a8": "plain-w4a8"}
 
 
 def _totals() -> dict:
     return {"outputs": [], "texts": [], "tokens": 0, "seconds": 0.0, "steps": 0, "step_tokens": 0, "drafted": 0,
-            "accepted": 0, "draft_seconds": 0.0, "per_position": [], "drafts": 0}
+            "accepted": 0, "draft_seconds": 0.0, "per_position": [], "drafts": 0, "paired_tokens": 0,
+            "paired_seconds": 0.0, "paired_same": 0}
 
 
 def _add(m: dict, tokens: list[int], seconds: float, **counts) -> None:
@@ -147,7 +157,9 @@ def _trtspec(row: str, prompts: dict[str, list[str]], new: int) -> dict:
     from trtspec import methods
     from trtspec.runtime import SamplingParams
 
-    engine = methods.engine(_spec(row))
+    spec = _spec(row)
+    engine = methods.engine(spec)
+    paired = os.environ.get("BENCH_QWEN_PAIRED") == "1" and spec.speculative.method != "none"
     live = _totals()  # the warm-up's steps land here and are dropped
 
     def observe(step) -> None:  # per-position acceptance, summed over the steps of the current set
@@ -167,6 +179,11 @@ def _trtspec(row: str, prompts: dict[str, list[str]], new: int) -> dict:
             r = engine.generate(ids, SamplingParams(max_new_tokens=new))
             _add(live, r.tokens, r.seconds, steps=r.steps, step_tokens=len(r.tokens) - 1, drafted=r.drafted,
                  accepted=r.accepted, draft_seconds=r.draft_seconds)
+            if paired:  # the same prompt decoded plainly by the same engine, right after (--paired)
+                p = engine.generate(ids, SamplingParams(max_new_tokens=new, num_draft_tokens=0))
+                live["paired_tokens"] += len(p.tokens)
+                live["paired_seconds"] += p.seconds
+                live["paired_same"] += p.tokens == r.tokens
     engine.close()
     return out
 
@@ -298,7 +315,7 @@ def show(results: dict[str, dict], sets: list[str], args) -> None:
     tok = load_tokenizer(TARGET)
     console = Console(width=180)
     cols = ("run", "tok/s", "x trtspec plain", "x transformers plain", "tau", "alpha", "per position", "c",
-            "same as plain", "peak RSS GB")
+            "same as plain", "peak RSS GB") + (("x paired plain",) if args.paired else ())
     for name in sets:
         table = Table(title=f"{name}: Qwen2.5-Coder-1.5B-Instruct (bf16) + 0.5B draft, batch 1, greedy, <= {args.new} "
                             f"new tokens, {args.prompts} prompts, {args.threads} threads")
@@ -327,10 +344,16 @@ def show(results: dict[str, dict], sets: list[str], args) -> None:
                 elif m["texts"]:
                     want = [tok.decode(o, skip_special_tokens=True).strip() for o in plain["outputs"]]
                     same = f"{sum(a.strip() == b for a, b in zip(m['texts'], want))}/{len(m['texts'])} (text)"
+            paired = []
+            if args.paired:
+                paired = ["-"]
+                if m.get("paired_seconds") and m["seconds"]:
+                    ratio = (m["tokens"] / m["seconds"]) / (m["paired_tokens"] / m["paired_seconds"])
+                    paired = [f"{ratio:.2f}x ({m['paired_same']}/{len(m['outputs'])} same)"]
             table.add_row(row, f"{rate[row]:.2f}", _fmt(rate[row] / rate[base] if rate.get(base) else None,
                                                          suffix="x"),
                           _fmt(rate[row] / rate["hf-plain"] if rate.get("hf-plain") else None, suffix="x"),
-                          _fmt(tau), _fmt(alpha), pp, _fmt(c), same, _fmt(r.get("peak_rss_gb"), ".1f"))
+                          _fmt(tau), _fmt(alpha), pp, _fmt(c), same, _fmt(r.get("peak_rss_gb"), ".1f"), *paired)
         console.print(table)
 
 
@@ -354,9 +377,13 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=128, help="most new tokens per request")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path, help="also write the raw totals here")
+    ap.add_argument("--paired", action="store_true", help="also decode each prompt of an in-process speculative "
+                    "row plainly in the same process, right after (the column `x paired plain`)")
     ap.add_argument("--examples", type=Path, help="a dir with qwen/ (specs, prompt sets) and models/ in place of "
                     "examples/ (e.g. a tiny pair to try the script)")
     args = ap.parse_args()
+    if args.paired:
+        os.environ["BENCH_QWEN_PAIRED"] = "1"  # (the rows' processes read it)
     if args.examples:
         os.environ["BENCH_QWEN_EXAMPLES"] = str(args.examples.resolve())
         global QWEN, TARGET, DRAFT

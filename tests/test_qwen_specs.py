@@ -18,13 +18,16 @@ SPECS = sorted(QWEN.glob("*.toml"))
 METHODS = {"plain": "none", "plain-int8": "none", "plain-w8a8": "none", "draft-model": "draft-model",
            "draft-model-int8": "draft-model", "draft-model-int8-draft": "draft-model",
            "draft-model-w8a8": "draft-model", "draft-model-w8a8-draft": "draft-model", "plain-w4a8": "none",
-           "draft-model-w4a8": "draft-model", "draft-model-w4a8-draft": "draft-model", "ngram": "ngram",
+           "draft-model-w4a8": "draft-model", "draft-model-w4a8-draft": "draft-model",
+           "draft-model-int8-w4a8-draft": "draft-model", "ngram": "ngram",
            "suffix": "suffix", "lookahead": "lookahead", "eagle3": "eagle"}
 # the target's quantization by spec (the rest: none), and the drafter's (draft-model specs)
-TARGET_QUANT = {"plain-int8": "int8", "draft-model-int8": "int8", "plain-w8a8": "w8a8", "draft-model-w8a8": "w8a8",
+TARGET_QUANT = {"plain-int8": "int8", "draft-model-int8": "int8", "draft-model-int8-w4a8-draft": "int8",
+                "plain-w8a8": "w8a8", "draft-model-w8a8": "w8a8",
                 "plain-w4a8": "w4a8", "draft-model-w4a8": "w4a8"}
 DRAFT_QUANT = {"draft-model-int8": "int8", "draft-model-int8-draft": "int8", "draft-model-w8a8": "w8a8",
-               "draft-model-w8a8-draft": "w8a8", "draft-model-w4a8": "w4a8", "draft-model-w4a8-draft": "w4a8"}
+               "draft-model-w8a8-draft": "w8a8", "draft-model-w4a8": "w4a8", "draft-model-w4a8-draft": "w4a8",
+               "draft-model-int8-w4a8-draft": "w4a8"}
 
 
 def test_every_method_has_its_spec():

@@ -107,3 +107,18 @@ def test_the_target_weight_dtype_follows_the_cpu(monkeypatch):
     monkeypatch.setenv("TRTSPEC_TARGET_DTYPE", "float32")
     monkeypatch.setattr(dtypes, "cpu_has_fast_bf16", lambda: True)
     assert dtypes.target_weight_dtype("float16", "cpu") == torch.float32
+
+
+@pytest.mark.parametrize("capability", ["AVX2", "DEFAULT"])
+def test_kernels_capped_below_avx512_have_no_native_bf16(monkeypatch, capability):
+    """ATEN_CPU_CAPABILITY=avx2 (how an AVX-512 machine stands in for an AVX2-only one) caps torch's kernels:
+    bf16 is then not native, whatever /proc/cpuinfo says, so weights stay float32 as on such a machine."""
+    from trtspec.runtime import dtypes
+
+    dtypes.cpu_has_fast_bf16.cache_clear()
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    try:
+        assert dtypes.cpu_has_fast_bf16() is False
+        assert dtypes.target_weight_dtype("bfloat16", "cpu") is None
+    finally:
+        dtypes.cpu_has_fast_bf16.cache_clear()

@@ -23,6 +23,8 @@
 #include <ATen/ops/empty.h>
 #include <c10/util/BFloat16.h>
 
+#include "scaled_rows.h"
+
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
@@ -179,20 +181,9 @@ void mm(const float* x, int64_t R, int64_t K, const int8_t* q, const S* s, int64
 static inline at::Tensor int8_rows_mm(const at::Tensor& x, const at::Tensor& q, const at::Tensor& s) {
   TORCH_CHECK(x.dim() == 2 && q.dim() == 2 && x.size(1) == q.size(1), "int8_mm: x [R, K], q [N, K]");
   TORCH_CHECK(q.scalar_type() == at::kChar && q.is_contiguous(), "int8_mm: q int8, contiguous");
-  TORCH_CHECK(s.dim() == 1 && s.size(0) == q.size(0) && s.is_contiguous() &&
-              (s.scalar_type() == at::kFloat || s.scalar_type() == at::kBFloat16), "int8_mm: s [N] float32 or bfloat16");
-  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "int8_mm: x float32 or bfloat16");
   const int64_t R = x.size(0), K = x.size(1), N = q.size(0);
-  const at::Tensor xf = x.to(at::kFloat).contiguous();
-  at::Tensor y = at::empty({R, N}, x.options());
-  const float* xp = xf.const_data_ptr<float>();
   const int8_t* qp = q.const_data_ptr<int8_t>();
-  const bool sf = s.scalar_type() == at::kFloat, yf = x.scalar_type() == at::kFloat;
-  using c10::BFloat16;
-  using trtspec_int8::mm;
-  if (sf && yf) mm(xp, R, K, qp, s.const_data_ptr<float>(), N, y.data_ptr<float>());
-  else if (sf) mm(xp, R, K, qp, s.const_data_ptr<float>(), N, y.data_ptr<BFloat16>());
-  else if (yf) mm(xp, R, K, qp, s.const_data_ptr<BFloat16>(), N, y.data_ptr<float>());
-  else mm(xp, R, K, qp, s.const_data_ptr<BFloat16>(), N, y.data_ptr<BFloat16>());
-  return y;
+  return scaled_rows("int8_mm", x, s, N, [&](const float* xp, const auto* sp, auto* yp) {
+    trtspec_int8::mm(xp, R, K, qp, sp, N, yp);
+  });
 }

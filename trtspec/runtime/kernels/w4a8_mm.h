@@ -22,6 +22,7 @@
 
 #pragma once
 
+#include "scaled_rows.h"
 #include "w8a8_mm.h"  // quantize_row: each row of activations rounded to int8 as W8A8 rounds it
 
 namespace trtspec_w4a8 {
@@ -228,19 +229,8 @@ static inline at::Tensor w4a8_rows_mm(const at::Tensor& x, const at::Tensor& qp,
   TORCH_CHECK(qp.size(0) == (N + NT - 1) / NT && qp.size(1) == trtspec_w4a8::tile_bytes(K),
               "w4a8_mm: qp is not a [", N, ", ", K, "] weight packed in tiles of ", NT, " rows (pack_w4a8)");
   TORCH_CHECK(K < 65536, "w4a8_mm: K must be below 65536");
-  TORCH_CHECK(s.is_contiguous() && (s.scalar_type() == at::kFloat || s.scalar_type() == at::kBFloat16),
-              "w4a8_mm: s [N] float32 or bfloat16");
-  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "w4a8_mm: x float32 or bfloat16");
-  const at::Tensor xf = x.to(at::kFloat).contiguous();
-  at::Tensor y = at::empty({R, N}, x.options());
-  const float* xp = xf.const_data_ptr<float>();
   const uint8_t* qq = qp.const_data_ptr<uint8_t>();
-  const bool sf = s.scalar_type() == at::kFloat, yf = x.scalar_type() == at::kFloat;
-  using c10::BFloat16;
-  using trtspec_w4a8::mm;
-  if (sf && yf) mm(xp, R, K, qq, s.const_data_ptr<float>(), N, y.data_ptr<float>());
-  else if (sf) mm(xp, R, K, qq, s.const_data_ptr<float>(), N, y.data_ptr<BFloat16>());
-  else if (yf) mm(xp, R, K, qq, s.const_data_ptr<BFloat16>(), N, y.data_ptr<float>());
-  else mm(xp, R, K, qq, s.const_data_ptr<BFloat16>(), N, y.data_ptr<BFloat16>());
-  return y;
+  return scaled_rows("w4a8_mm", x, s, N, [&](const float* xp, const auto* sp, auto* yp) {
+    trtspec_w4a8::mm(xp, R, K, qq, sp, N, yp);
+  });
 }

@@ -24,6 +24,8 @@
 #include <ATen/ops/empty.h>
 #include <c10/util/BFloat16.h>
 
+#include "scaled_rows.h"
+
 #if (defined(__AVX512VNNI__) && defined(__AVX512BW__)) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -209,19 +211,8 @@ static inline at::Tensor w8a8_rows_mm(const at::Tensor& x, const at::Tensor& qp,
   TORCH_CHECK(qp.size(0) == (N + NT - 1) / NT * NT && Kp == (K + CK - 1) / CK * CK,
               "w8a8_mm: qp is not q [N, K] packed in tiles of ", NT, " rows and chunks of ", CK, " columns");
   TORCH_CHECK(K < 65536, "w8a8_mm: K must be below 65536 (int32 sums)");
-  TORCH_CHECK(s.is_contiguous() && (s.scalar_type() == at::kFloat || s.scalar_type() == at::kBFloat16),
-              "w8a8_mm: s [N] float32 or bfloat16");
-  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "w8a8_mm: x float32 or bfloat16");
-  const at::Tensor xf = x.to(at::kFloat).contiguous();
-  at::Tensor y = at::empty({R, N}, x.options());
-  const float* xp = xf.const_data_ptr<float>();
   const int8_t* qq = qp.const_data_ptr<int8_t>();
-  const bool sf = s.scalar_type() == at::kFloat, yf = x.scalar_type() == at::kFloat;
-  using c10::BFloat16;
-  using trtspec_w8a8::mm;
-  if (sf && yf) mm(xp, R, K, qq, Kp, s.const_data_ptr<float>(), N, y.data_ptr<float>());
-  else if (sf) mm(xp, R, K, qq, Kp, s.const_data_ptr<float>(), N, y.data_ptr<BFloat16>());
-  else if (yf) mm(xp, R, K, qq, Kp, s.const_data_ptr<BFloat16>(), N, y.data_ptr<float>());
-  else mm(xp, R, K, qq, Kp, s.const_data_ptr<BFloat16>(), N, y.data_ptr<BFloat16>());
-  return y;
+  return scaled_rows("w8a8_mm", x, s, N, [&](const float* xp, const auto* sp, auto* yp) {
+    trtspec_w8a8::mm(xp, R, K, qq, Kp, sp, N, yp);
+  });
 }

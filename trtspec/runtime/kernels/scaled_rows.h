@@ -1,0 +1,28 @@
+// What int8_mm.h, w8a8_mm.h and w4a8_mm.h share at their edge: the checks of the activations x [R, K] and the
+// per-output scales s [N], and the call of a kernel's `mm` for each pair of scale and output dtypes (float32 or
+// bfloat16 each), with x widened to float32 and y [R, N] in x's dtype.
+
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/BFloat16.h>
+
+// mm(xp, sp, yp): the kernel on x's float32 rows, the scales (float* or BFloat16*) and y (float* or BFloat16*)
+template <typename Mm>
+static inline at::Tensor scaled_rows(const char* op, const at::Tensor& x, const at::Tensor& s, int64_t N, Mm mm) {
+  TORCH_CHECK(s.dim() == 1 && s.size(0) == N && s.is_contiguous() &&
+              (s.scalar_type() == at::kFloat || s.scalar_type() == at::kBFloat16), op, ": s [N] float32 or bfloat16");
+  TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
+              op, ": x [R, K] float32 or bfloat16");
+  const at::Tensor xf = x.to(at::kFloat).contiguous();
+  at::Tensor y = at::empty({x.size(0), N}, x.options());
+  const float* xp = xf.const_data_ptr<float>();
+  const bool sf = s.scalar_type() == at::kFloat, yf = x.scalar_type() == at::kFloat;
+  using c10::BFloat16;
+  if (sf && yf) mm(xp, s.const_data_ptr<float>(), y.data_ptr<float>());
+  else if (sf) mm(xp, s.const_data_ptr<float>(), y.data_ptr<BFloat16>());
+  else if (yf) mm(xp, s.const_data_ptr<BFloat16>(), y.data_ptr<float>());
+  else mm(xp, s.const_data_ptr<BFloat16>(), y.data_ptr<BFloat16>());
+  return y;
+}

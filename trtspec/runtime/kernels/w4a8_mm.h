@@ -57,6 +57,7 @@ inline ivec dot(ivec acc, ivec w, const int8_t* x4) {
 inline ivec load_m(const uint8_t* p, int) {
   return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
+inline ivec add(ivec a, ivec b) { return _mm512_add_epi32(a, b); }
 inline ivec madd(ivec tot, ivec a, ivec m) { return _mm512_add_epi32(tot, _mm512_mullo_epi32(a, m)); }
 inline void store(int32_t* out, ivec v) { _mm512_storeu_si512(out, v); }
 #elif defined(__AVX2__)
@@ -80,6 +81,7 @@ inline ivec dot(ivec acc, ivec w, const int8_t* x4) {
 inline ivec load_m(const uint8_t* p, int half) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * half)));
 }
+inline ivec add(ivec a, ivec b) { return _mm256_add_epi32(a, b); }
 inline ivec madd(ivec tot, ivec a, ivec m) { return _mm256_add_epi32(tot, _mm256_mullo_epi32(a, m)); }
 inline void store(int32_t* out, ivec v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), v); }
 #else
@@ -113,6 +115,10 @@ inline ivec load_m(const uint8_t* p, int) {
   ivec r;
   for (int i = 0; i < NT; ++i) r.v[i] = p[i];
   return r;
+}
+inline ivec add(ivec a, ivec b) {
+  for (int i = 0; i < NT; ++i) a.v[i] += b.v[i];
+  return a;
 }
 inline ivec madd(ivec tot, ivec a, ivec m) {
   for (int i = 0; i < NT; ++i) tot.v[i] += a.v[i] * m.v[i];
@@ -153,13 +159,13 @@ inline void tile(const int8_t* xq, const int32_t* init, int64_t Kp, int64_t ng, 
 #pragma GCC unroll 8
       for (int r = 0; r < rb; ++r) {
         const int8_t* x = xq + r * Kp + g * G;
-        ivec a = set1(init[r * ng + g]);
+        ivec a = set1(init[r * ng + g]), b = zero();  // two chains of dependent dot products, not one
 #pragma GCC unroll 4
         for (int o = 0; o < 4; ++o) {
           a = dot(a, lo[o], x + 8 * o);
-          a = dot(a, hi[o], x + 8 * o + 4);
+          b = dot(b, hi[o], x + 8 * o + 4);
         }
-        tot[r] = madd(tot[r], a, m);
+        tot[r] = madd(tot[r], add(a, b), m);
       }
     }
     for (int r = 0; r < rb; ++r) store(out + r * NT + half * LANES, tot[r]);

@@ -34,9 +34,9 @@ into different greedy tokens.
           scale (quantize_w4a8), times W8A8's int8 activations: the sum over groups of step x exact group sum
           stays an integer (int32, the steps bounded by w4a8_steps), so W8A8's guarantees hold (row-exact, the
           same bits from every kernel and the torch path) at 4.5 bits a weight (kernels/w4a8_mm.h: tiles of 16
-          weight rows, the lanes of one dot product). Qwen2.5-Coder-1.5B on an AMD EPYC: a decode step 1.6x
-          faster than W8A8's, a verify pass of 5 rows 1.5x (docs/measurements.md). Round to nearest, no
-          calibration: another model again
+          weight rows, the lanes of one dot product). Qwen2.5-Coder-1.5B on an AMD EPYC, two runs: a decode step
+          1.1-1.6x faster than W8A8's, a verify pass of 5 rows 1.3-1.5x (docs/measurements.md). Round to nearest,
+          no calibration: another model again
 
 `quantize_proposer` walks a proposer's attributes: each runtime Llama (its layers' qkv/o/gate_up/down and its
 head) and each Linear, alone or in (nested) lists, is replaced by its quantized twin (new objects: a tensor

@@ -1,9 +1,9 @@
 """kernels/int8_mm.h, kernels/w8a8_mm.h and kernels/w4a8_mm.h on the CPUs this machine may not be: the fused
 kernel is compiled for the CPU it runs on (-march=native), so its AVX2 + FMA variant (the fleet's AVX2-only
-machines) and its plain-loop variant would otherwise never be compiled or run here. Each is built alone (the
-header and one op) for that instruction set, then checked as the native one is: the dequantized product (int8_mm)
-or the torch reference's very bits (w8a8_mm and w4a8_mm: integer sums, the same on every instruction set), and
-every row bit-identical whatever rows share its call."""
+machines) and its plain-loop variant would otherwise never be compiled or run here. The three are built
+together without the fused layer (the headers and one op each), once per instruction set, then checked as the
+native ones are: the dequantized product (int8_mm) or the torch reference's very bits (w8a8_mm and w4a8_mm:
+integer sums, the same on every instruction set), and every row bit-identical whatever rows share its call."""
 
 from __future__ import annotations
 
@@ -23,25 +23,31 @@ from trtspec.runtime.quant import (
 )
 
 ISAS = {"avx2": ["-mavx2", "-mfma", "-mno-avx512f"], "plain": ["-mno-avx", "-mno-avx2", "-mno-fma", "-mno-avx512f"]}
-OP = """#include "{kernel}_mm.h"
+OP = """#include "int8_mm.h"
+#include "w4a8_mm.h"
+#include "w8a8_mm.h"
 #include <torch/library.h>
-TORCH_LIBRARY({ns}, m) {{ m.def("mm(Tensor x, Tensor q, Tensor s) -> Tensor", &{kernel}_rows_mm); }}
+TORCH_LIBRARY({ns}, m) {{
+  m.def("int8(Tensor x, Tensor q, Tensor s) -> Tensor", &int8_rows_mm);
+  m.def("w8a8(Tensor x, Tensor q, Tensor s) -> Tensor", &w8a8_rows_mm);
+  m.def("w4a8(Tensor x, Tensor q, Tensor s) -> Tensor", &w4a8_rows_mm);
+}}
 """
 
 
 def _op(isa: str, kernel: str = "int8"):
-    """The matmul of kernels/<kernel>_mm.h, built alone for `isa`."""
-    header = fused.SOURCE.parent / f"{kernel}_mm.h"
-    ns = f"trtspec_{kernel}_{isa}"
-    if not hasattr(torch.ops, ns) or not hasattr(getattr(torch.ops, ns), "mm"):
+    """The matmul of kernels/<kernel>_mm.h, built for `isa` (the three headers in one build per instruction set)."""
+    ns = f"trtspec_kernels_{isa}"
+    if not hasattr(torch.ops, ns) or not hasattr(getattr(torch.ops, ns), kernel):
         flags = ["-O2", "-std=c++17", "-fopenmp", *ISAS[isa]]
-        digest = hashlib.sha256(header.read_bytes() + OP.encode() + " ".join(flags).encode()
+        headers = sorted(fused.SOURCE.parent.glob("*.h"))
+        digest = hashlib.sha256(b"".join(h.read_bytes() for h in headers) + OP.encode() + " ".join(flags).encode()
                                 + torch.__version__.encode())
         name = f"{ns}_{digest.hexdigest()[:12]}"
         src = fused.build_dir(name) / f"{ns}.cpp"  # (in the build dir: one path, so a later run finds the build)
-        src.write_text(OP.format(ns=ns, kernel=kernel))
-        fused.load_extension(name, [src], flags, f"{header.name} for {isa}", include_dirs=(header.parent,))
-    return getattr(torch.ops, ns).mm
+        src.write_text(OP.format(ns=ns))
+        fused.load_extension(name, [src], flags, f"the matmul kernels for {isa}", include_dirs=(headers[0].parent,))
+    return getattr(getattr(torch.ops, ns), kernel)
 
 
 @pytest.mark.skipif(fused.compiler() is None, reason="no C++ compiler here")

@@ -67,13 +67,16 @@ def check_pair(spec: Spec) -> PairReport:
 def engine(spec: Spec, tokenizer: Any = None, costs: Any = None) -> SpecEngine:
     """The torch runtime's engine for the spec: its method's Proposer handed to SpecEngine, as gpt-fast hands
     draft_model to speculative_decode (a method that drafts nothing runs with K = 0); `costs`: an injected
-    runtime.costs.CostTable (None: the environment's, else measured)."""
+    runtime.costs.CostTable (None: the environment's, else measured). Loaded on a thread of its own."""
     from trtspec.runtime.engine import SpecEngine  # (torch: loaded when an engine is made, not with the registry)
+    from trtspec.runtime.threads import on_own_thread
 
     method = get(spec.method)
-    return SpecEngine.from_spec(spec, method.proposer(spec, spec.runtime.device), tokenizer,
-                                num_draft_tokens=spec.speculative.num_draft_tokens if method.drafts else 0,
-                                costs=costs)
+    # loaded on a thread that ends: its OpenMP workers go with it, and whichever thread drives the engine (the
+    # caller's, or its scheduler thread) decodes at full speed (runtime/threads.py)
+    return on_own_thread(lambda: SpecEngine.from_spec(
+        spec, method.proposer(spec, spec.runtime.device), tokenizer,
+        num_draft_tokens=spec.speculative.num_draft_tokens if method.drafts else 0, costs=costs))
 
 
 from trtspec.methods import draft_model, eagle, lookahead, medusa, ngram, none, routed, suffix  # noqa: E402

@@ -32,6 +32,7 @@ Modules (as vLLM v1 splits a speculative engine):
   sampling.py   SamplingParams and processed distributions (temperature, top-k, top-p)
   detok.py      tokens -> text and stop strings, for the engine and the served models alike
   stats.py      SpecDecodingStats per step, RequestStats per request, the one tokens-per-step definition
+  threads.py    on_own_thread: load on a thread that ends (its OpenMP workers with it; methods.engine does)
   llama.py, cache.py  the model and its static KV cache / step masks
 
 Names resolve lazily: detok and stats (no torch) serve the client and the served pre/postprocessing models,

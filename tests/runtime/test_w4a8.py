@@ -102,15 +102,3 @@ def test_the_kernel_refuses_a_weight_that_is_not_packed():
     q, m, S = quant.quantize_w4a8(torch.randn(6, 70))
     with pytest.raises(RuntimeError, match="pack_w4a8"):
         torch.ops.trtspec.w4a8_mm(torch.randn(2, 70), q.view(torch.uint8), S)
-
-
-def test_without_the_kernel_the_torch_path_gives_the_same_bits(monkeypatch):
-    _kernel()
-    lin = Linear(torch.randn(24, 100), torch.randn(24), pack=False)
-    own = quant.quantize_linear(lin, "w4a8")
-    monkeypatch.setattr(fused, "available", lambda: False)
-    torch_path = quant.quantize_linear(lin, "w4a8")
-    assert own.own and not torch_path.own and torch_path.q.shape == (24, 128)
-    x = torch.randn(3, 5, 100)
-    assert torch.equal(own(x), torch_path(x))
-    assert torch.equal(own(x.bfloat16()), torch_path(x.bfloat16())) and own(x.bfloat16()).dtype == torch.bfloat16

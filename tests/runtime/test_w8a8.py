@@ -76,13 +76,15 @@ def test_the_kernel_refuses_a_weight_that_is_not_packed():
         torch.ops.trtspec.w8a8_mm(torch.randn(2, 70), q, s)  # q [6, 70] is not pack_tiles(q) [8, 128]
 
 
-def test_without_the_kernel_the_torch_path_gives_the_same_bits(monkeypatch):
+@pytest.mark.parametrize("mode, unpacked", [("w8a8", (24, 100)), ("w4a8", (24, 128))])
+def test_without_the_kernel_the_torch_path_gives_the_same_bits(monkeypatch, mode, unpacked):
+    """W8A8 and W4A8 alike (W4A8's unpacked weight is padded to whole groups of 32 columns)."""
     _kernel()
     lin = Linear(torch.randn(24, 100), torch.randn(24), pack=False)
-    own = quant.quantize_linear(lin, "w8a8")
+    own = quant.quantize_linear(lin, mode)
     monkeypatch.setattr(fused, "available", lambda: False)
-    torch_path = quant.quantize_linear(lin, "w8a8")
-    assert own.own and not torch_path.own and torch_path.q.shape == (24, 100)
+    torch_path = quant.quantize_linear(lin, mode)
+    assert own.own and not torch_path.own and torch_path.q.shape == unpacked
     x = torch.randn(3, 5, 100)
     assert torch.equal(own(x), torch_path(x))
     assert torch.equal(own(x.bfloat16()), torch_path(x.bfloat16())) and own(x.bfloat16()).dtype == torch.bfloat16

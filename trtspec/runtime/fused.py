@@ -161,7 +161,7 @@ def _reason(e: Exception) -> str:
 
 def layer_args(lw, eps: float) -> tuple | None:
     """(op, weight arguments) running decoder layer `lw` (runtime.llama.LayerWeights) fused, or None where it
-    cannot: no input norm (an EAGLE layer), or linears other than int8 or W8A8 on trtspec's kernels (all four) or
+    cannot: no input norm (an EAGLE layer), or linears other than int8, W8A8 or W4A8 on trtspec's kernels (all four) or
     bfloat16 or float32 prepacked for oneDNN (all four, one dtype). Biases are passed as float32."""
     from trtspec.runtime.llama import Linear
     from trtspec.runtime.quant import Int8Linear, W4A8Linear, W8A8Linear

@@ -143,8 +143,6 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
   TORCH_CHECK(kc.dim() == 4 && kc.sizes() == vc.sizes() && vc.scalar_type() == at::kFloat && kc.size(1) == nkv &&
               nkv > 0 && nh % nkv == 0 && kc.size(3) % 2 == 0, "cache layers: [rows, kv_heads, max_seq, head_dim]");
   const int64_t D = kc.size(3), maxS = kc.size(2), n_rep = nh / nkv, nq = nh * D, nk = nkv * D;
-  // (a W4A8 weight's rows are packed in tiles: its row scales give its rows)
-  TORCH_CHECK((matmul == w4a8_mm ? qkv_s.size(0) : qkv_q.size(0)) == nq + 2 * nk, "qkv weight does not match the heads");
   TORCH_CHECK(row0 >= 0 && row0 + B <= kc.size(0), "rows outside the cache");
   TORCH_CHECK(rope.dim() == 2 && rope.size(1) == 2 * D, "rope: [max_seq, 2 * head_dim]");
   TORCH_CHECK(attn_norm.numel() == H && mlp_norm.numel() == H && attn_norm.scalar_type() == at::kFloat &&
@@ -171,6 +169,7 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
   // attention input: norm, q/k/v, (q/k norm), RoPE, K/V into the cache
   Tensor h = at::empty({R, H}, bf);
   rms_to<A>(xp, attn_norm.const_data_ptr<float>(), R, H, eps, h.data_ptr<A>());
+  // (the heads' width is checked on the matmul's result: every weight layout, packed or not, gives it)
   const Tensor qkv = checked(matmul(h, qkv_q, qkv_s), R, nq + 2 * nk, qkv_b);
   const A* qkvp = qkv.const_data_ptr<A>();
   const float* qkvb = qkv_b.has_value() ? qkv_b->const_data_ptr<float>() : nullptr;

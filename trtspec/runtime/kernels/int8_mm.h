@@ -126,20 +126,6 @@ inline void tile(const float* x, const int8_t* q, int64_t K, float* out) {
     }
 }
 
-// tile<rb, nt> for rb = 1..rbmax rows
-template <int nt, int rbmax>
-inline void rows(int rb, const float* x, const int8_t* q, int64_t K, float* out) {
-  static_assert(rbmax <= 6, "one case per row count below");
-  switch (rb) {
-    case 1: return tile<1, nt>(x, q, K, out);
-    case 2: return tile<std::min(2, rbmax), nt>(x, q, K, out);
-    case 3: return tile<std::min(3, rbmax), nt>(x, q, K, out);
-    case 4: return tile<std::min(4, rbmax), nt>(x, q, K, out);
-    case 5: return tile<std::min(5, rbmax), nt>(x, q, K, out);
-    default: return tile<rbmax, nt>(x, q, K, out);
-  }
-}
-
 // rows r0 .. r0 + rc of y, in tiles of nt_ weight rows (threads take tiles) and blocks of rb_ rows
 template <int nt_, int rb_, typename S, typename Y>
 void sweep(const float* x, int64_t r0, int64_t rc, int64_t K, const int8_t* q, const S* s, int64_t N, Y* y) {
@@ -151,9 +137,10 @@ void sweep(const float* x, int64_t r0, int64_t rc, int64_t K, const int8_t* q, c
       for (int64_t r = r0; r < r0 + rc; r += rb_) {
         const int rb = static_cast<int>(std::min<int64_t>(rb_, r0 + rc - r));
         if (nt == nt_) {
-          rows<nt_, rb_>(rb, x + r * K, q + n * K, K, out);
+          by_rows<rb_>(rb, [&](auto c) { tile<decltype(c)::value, nt_>(x + r * K, q + n * K, K, out); });
         } else {
-          for (int64_t j = 0; j < nt; ++j) rows<1, rb_>(rb, x + r * K, q + (n + j) * K, K, out + j * rb);
+          for (int64_t j = 0; j < nt; ++j)
+            by_rows<rb_>(rb, [&](auto c) { tile<decltype(c)::value, 1>(x + r * K, q + (n + j) * K, K, out + j * rb); });
         }
         for (int i = 0; i < rb; ++i)
           for (int64_t j = 0; j < nt; ++j) {

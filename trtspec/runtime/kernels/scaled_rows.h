@@ -1,8 +1,12 @@
-// What int8_mm.h, w8a8_mm.h and w4a8_mm.h share at their edge: the checks of the activations x [R, K] and the
+// What int8_mm.h, w8a8_mm.h and w4a8_mm.h share: at their edge, the checks of the activations x [R, K] and the
 // per-output scales s [N], and the call of a kernel's `mm` for each pair of scale and output dtypes (float32 or
-// bfloat16 each), with x widened to float32 and y [R, N] in x's dtype.
+// bfloat16 each), with x widened to float32 and y [R, N] in x's dtype; inside, `by_rows`, a run-time row count
+// turned into the compile-time one of a register block.
 
 #pragma once
+
+#include <algorithm>
+#include <type_traits>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -25,4 +29,19 @@ static inline at::Tensor scaled_rows(const char* op, const at::Tensor& x, const 
   else if (yf) mm(xp, s.const_data_ptr<BFloat16>(), y.data_ptr<float>());
   else mm(xp, s.const_data_ptr<BFloat16>(), y.data_ptr<BFloat16>());
   return y;
+}
+
+// tile(std::integral_constant<int, n>{}) with n = rb for a run-time row count rb = 1..rbmax (more: rbmax): a
+// kernel's register block takes its row count at compile time
+template <int rbmax, typename Tile>
+static inline void by_rows(int rb, Tile tile) {
+  static_assert(rbmax >= 1 && rbmax <= 6, "one case per row count below");
+  switch (rb) {
+    case 1: return tile(std::integral_constant<int, 1>{});
+    case 2: return tile(std::integral_constant<int, std::min(2, rbmax)>{});
+    case 3: return tile(std::integral_constant<int, std::min(3, rbmax)>{});
+    case 4: return tile(std::integral_constant<int, std::min(4, rbmax)>{});
+    case 5: return tile(std::integral_constant<int, std::min(5, rbmax)>{});
+    default: return tile(std::integral_constant<int, rbmax>{});
+  }
 }

@@ -172,19 +172,6 @@ inline void tile(const int8_t* xq, const int32_t* init, int64_t Kp, int64_t ng, 
   }
 }
 
-inline void rows(int rb, const int8_t* xq, const int32_t* init, int64_t Kp, int64_t ng, const uint8_t* qt,
-                 int32_t* out) {
-  static_assert(RB <= 6, "one case per row count below");
-  switch (rb) {
-    case 1: return tile<1>(xq, init, Kp, ng, qt, out);
-    case 2: return tile<std::min(2, RB)>(xq, init, Kp, ng, qt, out);
-    case 3: return tile<std::min(3, RB)>(xq, init, Kp, ng, qt, out);
-    case 4: return tile<std::min(4, RB)>(xq, init, Kp, ng, qt, out);
-    case 5: return tile<std::min(5, RB)>(xq, init, Kp, ng, qt, out);
-    default: return tile<RB>(xq, init, Kp, ng, qt, out);
-  }
-}
-
 constexpr int64_t ROW_CHUNK = 64;  // rows of x per sweep over the weights
 
 template <typename S, typename Y>
@@ -210,7 +197,9 @@ void mm(const float* x, int64_t R, int64_t K, const uint8_t* qp, const S* s, int
         const int64_t n = t * NT, nt = std::min<int64_t>(NT, N - n);
         for (int64_t r = r0; r < r0 + rc; r += RB) {
           const int rb = static_cast<int>(std::min<int64_t>(RB, r0 + rc - r));
-          rows(rb, xq.data() + r * Kp, init.data() + r * ng, Kp, ng, qp + t * tb, out);
+          by_rows<RB>(rb, [&](auto c) {
+            tile<decltype(c)::value>(xq.data() + r * Kp, init.data() + r * ng, Kp, ng, qp + t * tb, out);
+          });
           for (int i = 0; i < rb; ++i)
             for (int64_t j = 0; j < nt; ++j)
               y[(r + i) * N + n + j] =

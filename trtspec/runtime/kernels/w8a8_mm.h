@@ -153,19 +153,6 @@ inline void tile(const int8_t* xq, const int32_t* xsum, const int8_t* qt, int64_
     for (int j = 0; j < NT; ++j) out[r * NT + j] = total(acc[r][j]) - OFFSET * xsum[r];
 }
 
-// tile<rb> for rb = 1..RB rows
-inline void rows(int rb, const int8_t* xq, const int32_t* xsum, const int8_t* qt, int64_t Kp, int32_t* out) {
-  static_assert(RB <= 6, "one case per row count below");
-  switch (rb) {
-    case 1: return tile<1>(xq, xsum, qt, Kp, out);
-    case 2: return tile<std::min(2, RB)>(xq, xsum, qt, Kp, out);
-    case 3: return tile<std::min(3, RB)>(xq, xsum, qt, Kp, out);
-    case 4: return tile<std::min(4, RB)>(xq, xsum, qt, Kp, out);
-    case 5: return tile<std::min(5, RB)>(xq, xsum, qt, Kp, out);
-    default: return tile<RB>(xq, xsum, qt, Kp, out);
-  }
-}
-
 // rows r0 .. r0 + rc of y, tile by tile (threads take tiles), in blocks of RB rows
 template <typename S, typename Y>
 void sweep(const int8_t* xq, const float* sx, const int32_t* xsum, int64_t r0, int64_t rc, int64_t Kp,
@@ -177,7 +164,7 @@ void sweep(const int8_t* xq, const float* sx, const int32_t* xsum, int64_t r0, i
       const int64_t n = t * NT, nt = std::min<int64_t>(NT, N - n);
       for (int64_t r = r0; r < r0 + rc; r += RB) {
         const int rb = static_cast<int>(std::min<int64_t>(RB, r0 + rc - r));
-        rows(rb, xq + r * Kp, xsum + r, qp + t * NT * Kp, Kp, out);
+        by_rows<RB>(rb, [&](auto c) { tile<decltype(c)::value>(xq + r * Kp, xsum + r, qp + t * NT * Kp, Kp, out); });
         for (int i = 0; i < rb; ++i)
           for (int64_t j = 0; j < nt; ++j)
             y[(r + i) * N + n + j] = Y(static_cast<float>(out[i * NT + j]) * sx[r + i] * static_cast<float>(s[n + j]));

@@ -97,3 +97,15 @@ def test_methods_engine_loads_the_models_on_a_thread_that_has_ended_before_it_re
         assert eng.generate([1, 2, 3], SamplingParams(max_new_tokens=4)).tokens  # on the caller's thread
     finally:
         eng.close()
+
+
+def test_the_specs_torch_threads_hold_on_the_callers_thread_too(fam, two_threads):
+    """torch.set_num_threads sets the calling thread's OpenMP team size (and the default of threads yet to run
+    one): a spec's `[runtime.torch] threads` must reach the caller, which may drive the engine, not only the
+    thread that loaded it."""
+    torch.ones(1 << 22).mul_(2.0)  # this thread has run a parallel loop at two threads
+    eng = methods.engine(load_spec(write_spec(fam, "none", extra="[runtime.torch]\nthreads = 1")))
+    try:
+        assert torch.get_num_threads() == 1
+    finally:
+        eng.close()

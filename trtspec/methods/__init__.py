@@ -72,6 +72,10 @@ def engine(spec: Spec, tokenizer: Any = None, costs: Any = None) -> SpecEngine:
     from trtspec.runtime.threads import on_own_thread
 
     method = get(spec.method)
+    if spec.runtime.torch.threads:  # (here too: a thread's OpenMP team size is its own, and the caller may drive)
+        import torch
+
+        torch.set_num_threads(spec.runtime.torch.threads)
     # loaded on a thread that ends: its OpenMP workers go with it, and whichever thread drives the engine (the
     # caller's, or its scheduler thread) decodes at full speed (runtime/threads.py)
     return on_own_thread(lambda: SpecEngine.from_spec(

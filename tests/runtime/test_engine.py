@@ -462,3 +462,25 @@ def test_load_cap_and_adaptive_fallback_in_the_engine(fam, prompts):
     good = engine(fam, "draft-model", draft="draft_near")
     r = good.generate(prompts[0], SamplingParams(max_new_tokens=60, end_id=-1))
     assert r.drafted / r.steps > 2.0  # kept speculating
+
+
+def test_a_batched_drafter_catches_up_a_long_backlog_in_a_pass_of_its_own(fam, monkeypatch):
+    """A new prompt's tokens reach the draft model in a pass of that row alone: in the batch's pass every row is
+    padded to the longest feed (B rows x a prompt's length). The outputs stay those of decoding one by one."""
+    from trtspec.methods.draft_model import CATCH_UP
+
+    eng = engine(fam, "draft-model", draft="draft_near")
+    sp = SamplingParams(max_new_tokens=12, num_draft_tokens=4)
+    prompts = [list(range(1, 31)), [5, 6, 7]]
+    single = [eng.generate(p, sp).tokens for p in prompts]
+    shapes: list[tuple[int, int]] = []
+    model, forward = eng.proposer.model, eng.proposer.model.forward
+
+    def spy(cache, positions, *args, **kwargs):
+        shapes.append(tuple(positions.shape))
+        return forward(cache, positions, *args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", spy)
+    assert [r.tokens for r in eng.generate_batch(prompts, sp)] == single
+    assert any(b == 1 and t >= CATCH_UP for b, t in shapes)  # the 30-token prompt, alone
+    assert all(t <= CATCH_UP for b, t in shapes if b > 1)  # no batched pass at a prompt's length

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from trtspec.runtime.llama import Llama
 
 NAME = "draft-model"
+CATCH_UP = 8  # in a batch, a row with a backlog of this many tokens or more catches up in a pass of its own
 
 
 class DraftModelProposer(Proposer):
@@ -81,6 +82,8 @@ class DraftModelProposer(Proposer):
         if K == 0:
             self._fed = []
             return [EMPTY] * B
+        if B > 1:
+            self._catch_up(seqs)
         lengths = self.cache.lengths[:B]
         feeds = [s[n:] for s, n in zip(seqs, lengths)]
         T = max(len(f) for f in feeds)
@@ -111,6 +114,25 @@ class DraftModelProposer(Proposer):
         q_all = torch.stack(qs, 1) if qs else None
         return [Draft(toks[b][:k], chain(k), None if q_all is None or params[b].greedy else q_all[b, :k])
                 if k else EMPTY for b, k in enumerate(ks)]
+
+    def _catch_up(self, seqs: list[list[int]]) -> None:
+        """Feed each row's long backlog (a new prompt, or the tokens of steps that drafted nothing) but its last
+        token in a pass of that row alone: in the batch's pass every row is padded to the longest feed, and B rows x
+        a prompt's length cost B prefills (measured: the W4A8 pair at 4 concurrent requests ran at 0.55x of plain
+        decoding)."""
+        import torch
+
+        from trtspec.runtime.cache import chain_inputs
+
+        for b, seq in enumerate(seqs):
+            n = self.cache.lengths[b]
+            if len(seq) - n - 1 < CATCH_UP:
+                continue
+            todo = seq[n:-1]
+            inp = chain_inputs([n], len(todo), self.device)
+            self.model.forward(self.cache, inp.positions, inp.start, inp.mask, row0=b, logits=False,
+                               tokens=torch.tensor([todo], device=self.device))
+            self.cache.lengths[b] = n + len(todo)
 
     def commit(self, paths: list[list[int]], hidden: torch.Tensor) -> None:
         fed, self._fed = self._fed, []  # this step's only: after a move_row it would describe another request

@@ -103,7 +103,7 @@ def test_the_specs_torch_threads_hold_on_the_callers_thread_too(fam, two_threads
     """torch.set_num_threads sets the calling thread's OpenMP team size (and the default of threads yet to run
     one): a spec's `[runtime.torch] threads` must reach the caller, which may drive the engine, not only the
     thread that loaded it."""
-    torch.ones(1 << 22).mul_(2.0)  # this thread has run a parallel loop at two threads
+    _parallel_loop()  # this thread has run a parallel loop at two threads
     eng = methods.engine(load_spec(write_spec(fam, "none", extra="[runtime.torch]\nthreads = 1")))
     try:
         assert torch.get_num_threads() == 1

@@ -20,8 +20,6 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/Parallel.h>
-#include <ATen/ops/empty.h>
-#include <c10/util/BFloat16.h>
 
 #include "scaled_rows.h"
 

@@ -217,6 +217,22 @@ def test_verify_rows_equal_decoding_at_a_real_mlp_width(wide, kind):
     test_fused_tree_nodes_and_batch_rows_equal_decoding(wide, kind)
 
 
+@pytest.fixture(scope="module")
+def wide_heads(tmp_path_factory):
+    """Heads of 152 floats: the kernel's attention takes a head's values in blocks of 8 vectors, then of one, then
+    column by column (152 = 128 + 16 + 8 with AVX-512, 2 x 64 + 3 x 8 with AVX2), which the tiny models' heads
+    (16) leave to the last alone."""
+    path = tmp_path_factory.mktemp("wide_heads") / "m"
+    models.save(path, "llama", seed=3, tokenizer=False, head_dim=152)
+    return path
+
+
+@torch.inference_mode()
+def test_heads_wider_than_the_vector_blocks_compute_what_the_torch_path_computes(wide_heads, kind):
+    test_fused_layers_compute_what_the_torch_path_computes(wide_heads, kind)
+    test_fused_verify_rows_equal_decoding_bit_for_bit(wide_heads, kind)
+
+
 @pytest.mark.parametrize("drafter", ["bfloat16", "int8", "w8a8", "w4a8"])
 def test_a_draft_model_drafter_runs_through_the_fused_kernel(arch, drafter):
     """The draft-model drafter's layers take the same fused kernel as a target: bf16 weights (what draft_dtype

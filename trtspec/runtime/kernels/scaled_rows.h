@@ -35,13 +35,17 @@ static inline at::Tensor scaled_rows(const char* op, const at::Tensor& x, const 
 // kernel's register block takes its row count at compile time
 template <int rbmax, typename Tile>
 static inline void by_rows(int rb, Tile tile) {
-  static_assert(rbmax >= 1 && rbmax <= 6, "one case per row count below");
+  static_assert(rbmax >= 1 && rbmax <= 10, "one case per row count below");
   switch (rb) {
     case 1: return tile(std::integral_constant<int, 1>{});
     case 2: return tile(std::integral_constant<int, std::min(2, rbmax)>{});
     case 3: return tile(std::integral_constant<int, std::min(3, rbmax)>{});
     case 4: return tile(std::integral_constant<int, std::min(4, rbmax)>{});
     case 5: return tile(std::integral_constant<int, std::min(5, rbmax)>{});
+    case 6: return tile(std::integral_constant<int, std::min(6, rbmax)>{});
+    case 7: return tile(std::integral_constant<int, std::min(7, rbmax)>{});
+    case 8: return tile(std::integral_constant<int, std::min(8, rbmax)>{});
+    case 9: return tile(std::integral_constant<int, std::min(9, rbmax)>{});
     default: return tile(std::integral_constant<int, rbmax>{});
   }
 }

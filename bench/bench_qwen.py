@@ -15,6 +15,8 @@ default):
   draft-int8        the same with the weight-only int8 drafter (draft-model-int8-draft.toml)
   draft-w8a8        the same with the W8A8 drafter (draft-model-w8a8-draft.toml)
   draft-w4a8        the same with the W4A8 drafter (draft-model-w4a8-draft.toml: 4-bit weights, int8 activations)
+  draft-w4a8-k8     the same spec with K up to 8 and its adaptive K (the measured costs pick K each step): the
+                    fastest configuration of the pair where drafts run long (edits), as no constant K = 4 can be
   ngram, suffix, lookahead   the training-free drafters (examples/qwen/<name>.toml)
   eagle3            the EAGLE-3 head `make qwen-eagle3` trains for the target (examples/qwen/eagle3.toml), a chain of
                     up to K = 4 with the spec's adaptive K (it has no peer row to match a constant K; the cost model
@@ -88,14 +90,15 @@ GGUF = {"target": REPO / ".cache/qwen/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
 SETS = ("code", "edit", "chat")
 K = 4
 SPECS = {"plain": "plain", "draft": "draft-model", "draft-int8": "draft-model-int8-draft",
-         "draft-w8a8": "draft-model-w8a8-draft", "draft-w4a8": "draft-model-w4a8-draft", "ngram": "ngram",
+         "draft-w8a8": "draft-model-w8a8-draft", "draft-w4a8": "draft-model-w4a8-draft",
+         "draft-w4a8-k8": "draft-model-w4a8-draft", "ngram": "ngram",
          "suffix": "suffix", "lookahead": "lookahead", "eagle3": "eagle3", "served-plain": "plain",
          "served-draft": "draft-model", "plain-int8": "plain-int8", "draft-both-int8": "draft-model-int8",
          "draft-int8-w4a8": "draft-model-int8-w4a8-draft",
          "plain-w8a8": "plain-w8a8", "draft-both-w8a8": "draft-model-w8a8", "plain-w4a8": "plain-w4a8",
          "draft-both-w4a8": "draft-model-w4a8"}
-ROWS = ("hf-plain", "hf-assisted", "plain", "draft", "draft-int8", "draft-w8a8", "draft-w4a8", "ngram", "suffix",
-        "lookahead", "eagle3", "plain-int8", "draft-both-int8", "draft-int8-w4a8", "plain-w8a8", "draft-both-w8a8",
+ROWS = ("hf-plain", "hf-assisted", "plain", "draft", "draft-int8", "draft-w8a8", "draft-w4a8", "draft-w4a8-k8",
+        "ngram", "suffix", "lookahead", "eagle3", "plain-int8", "draft-both-int8", "draft-int8-w4a8", "plain-w8a8", "draft-both-w8a8",
         "plain-w4a8", "draft-both-w4a8", "served-plain", "served-draft", "served-draft-both-int8",
         "served-draft-both-w8a8", "served-draft-both-w4a8", "llamacpp-plain", "llamacpp-draft")
 # rows over another target than bf16 plain's: compared with its own plain decoding
@@ -119,10 +122,16 @@ def _add(m: dict, tokens: list[int], seconds: float, **counts) -> None:
         m[k] += v
 
 
+ADAPTIVE_K = {"draft-w4a8-k8": 8}  # rows that raise their spec's K and keep its adaptive K
+
+
 def _spec(name: str):
     from trtspec.check import load_spec
 
     spec = load_spec(QWEN / f"{SPECS[name]}.toml")
+    if name in ADAPTIVE_K:
+        return spec.model_copy(update={"speculative": spec.speculative.model_copy(
+            update={"num_draft_tokens": ADAPTIVE_K[name]})})
     if spec.speculative.method == "draft-model" and spec.model.quantization is None:
         # constant K, as transformers' assisted row (a quantized pair has no peer row: its spec's adaptive K)
         adaptive = spec.speculative.adaptive.model_copy(update={"enabled": False})

@@ -98,8 +98,8 @@ SPECS = {"plain": "plain", "draft": "draft-model", "draft-int8": "draft-model-in
          "plain-w8a8": "plain-w8a8", "draft-both-w8a8": "draft-model-w8a8", "plain-w4a8": "plain-w4a8",
          "draft-both-w4a8": "draft-model-w4a8"}
 ROWS = ("hf-plain", "hf-assisted", "plain", "draft", "draft-int8", "draft-w8a8", "draft-w4a8", "draft-w4a8-k8",
-        "ngram", "suffix", "lookahead", "eagle3", "plain-int8", "draft-both-int8", "draft-int8-w4a8", "plain-w8a8", "draft-both-w8a8",
-        "plain-w4a8", "draft-both-w4a8", "served-plain", "served-draft", "served-draft-both-int8",
+        "ngram", "suffix", "lookahead", "eagle3", "plain-int8", "draft-both-int8", "draft-int8-w4a8", "plain-w8a8",
+        "draft-both-w8a8", "plain-w4a8", "draft-both-w4a8", "served-plain", "served-draft", "served-draft-both-int8",
         "served-draft-both-w8a8", "served-draft-both-w4a8", "llamacpp-plain", "llamacpp-draft")
 # rows over another target than bf16 plain's: compared with its own plain decoding
 OWN_PLAIN = {"draft-both-int8": "plain-int8", "served-draft-both-int8": "plain-int8",

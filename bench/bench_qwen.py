@@ -15,8 +15,8 @@ default):
   draft-int8        the same with the weight-only int8 drafter (draft-model-int8-draft.toml)
   draft-w8a8        the same with the W8A8 drafter (draft-model-w8a8-draft.toml)
   draft-w4a8        the same with the W4A8 drafter (draft-model-w4a8-draft.toml: 4-bit weights, int8 activations)
-  draft-w4a8-k8     the same spec with K up to 8 and its adaptive K (the measured costs pick K each step): the
-                    fastest configuration of the pair where drafts run long (edits), as no constant K = 4 can be
+  draft-w4a8-k8     the same spec with K up to 8 and its adaptive K (the measured costs pick K each step): where
+                    drafts run long (edits), more than the 5 tokens a step that a constant K = 4 allows
   ngram, suffix, lookahead   the training-free drafters (examples/qwen/<name>.toml)
   eagle3            the EAGLE-3 head `make qwen-eagle3` trains for the target (examples/qwen/eagle3.toml), a chain of
                     up to K = 4 with the spec's adaptive K (it has no peer row to match a constant K; the cost model

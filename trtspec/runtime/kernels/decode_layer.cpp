@@ -25,7 +25,9 @@
 #include <c10/util/Optional.h>
 #include <torch/library.h>
 
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
+#endif
 
 #include <cmath>
 #include <vector>
@@ -144,14 +146,14 @@ inline int64_t weighted_blocks(const float* p, const int64_t* seen, int64_t n, c
   }
   return d0;
 }
-#undef TRTSPEC_F
 #endif
 
 inline void weighted_sum(const float* p, const int64_t* seen, int64_t n, const float* v, int64_t D, float* o) {
   int64_t d0 = 0;
-#if defined(__AVX512F__) || defined(__AVX2__) && defined(__FMA__)
+#ifdef TRTSPEC_F
   d0 = weighted_blocks<8>(p, seen, n, v, D, d0, o);
   d0 = weighted_blocks<1>(p, seen, n, v, D, d0, o);
+#undef TRTSPEC_F
 #endif
   for (; d0 < D; ++d0) {
     float acc = 0.0f;
@@ -223,22 +225,23 @@ const Tensor& checked(const Tensor& y, int64_t R, int64_t N, const c10::optional
 // A bias [n] float32, or n zeros: the loops add it whether the layer has one or not. Not `b ? b[i] : 0`: the
 // compiler turns that choice into a masked load from (near) address 0 when b is null, which an AMD Zen 4 runs
 // through a slow microcode assist (measured: silu took 9 ms of a 9-row W4A8 pass of Qwen2.5-Coder-1.5B, 1 ms
-// without).
-struct Bias {
-  std::vector<float> zeros;
-  const float* p;
-  Bias(const c10::optional<Tensor>& b, int64_t n)
-      : zeros(b.has_value() ? 0 : n, 0.0f), p(b.has_value() ? b->const_data_ptr<float>() : zeros.data()) {}
-};
+// without). The zeros are one buffer per thread, grown as needed and never written (no allocation per call); a
+// pointer to them holds until this thread's next call.
+const float* bias_or_zeros(const c10::optional<Tensor>& b, int64_t n) {
+  if (b.has_value()) return b->const_data_ptr<float>();
+  thread_local std::vector<float> zeros;
+  if (static_cast<int64_t>(zeros.size()) < n) zeros.resize(n, 0.0f);
+  return zeros.data();
+}
 
 // x[r] += float(y[r]) + bias
 template <typename A>
 void add_into(float* x, const Tensor& y, const c10::optional<Tensor>& bias, int64_t R, int64_t H) {
   checked(y, R, H, bias);
   const A* yp = y.const_data_ptr<A>();
-  const Bias b(bias, H);
+  const float* b = bias_or_zeros(bias, H);
   for (int64_t r = 0; r < R; ++r)
-    for (int64_t i = 0; i < H; ++i) x[r * H + i] += static_cast<float>(yp[r * H + i]) + b.p[i];
+    for (int64_t i = 0; i < H; ++i) x[r * H + i] += static_cast<float>(yp[r * H + i]) + b[i];
 }
 
 }  // namespace
@@ -292,8 +295,7 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
   // (the heads' width is checked on the matmul's result: every weight layout, packed or not, gives it)
   const Tensor qkv = checked(matmul(h, qkv_q, qkv_s), R, nq + 2 * nk, qkv_b);
   const A* qkvp = qkv.const_data_ptr<A>();
-  const Bias qkv_bias(qkv_b, nq + 2 * nk);
-  const float* qkvb = qkv_bias.p;
+  const float* qkvb = bias_or_zeros(qkv_b, nq + 2 * nk);
   std::vector<float> q(R * nq), tmp(D);
   const int64_t* pos = positions.const_data_ptr<int64_t>();
   const float* rp = rope.const_data_ptr<float>();
@@ -370,8 +372,7 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
   checked(gu, R, 2 * I, gu_b);
   Tensor a = at::empty({R, I}, bf);
   const A* gp = gu.const_data_ptr<A>();
-  const Bias gu_bias(gu_b, 2 * I);
-  const float* gb = gu_bias.p;
+  const float* gb = bias_or_zeros(gu_b, 2 * I);
   A* apm = a.data_ptr<A>();
   // in blocks of SILU columns of a row, in parallel: a column's place in its block is the same in every call
   constexpr int64_t SILU = 512;

@@ -33,6 +33,10 @@ constexpr int NT = 16, G = 32;  // weight rows per tile (the lanes of a dot prod
 // Qwen2.5-Coder-1.5B's layers on an AMD EPYC), none much better than no prefetch for one row, 4 KB best at 5-9 rows
 constexpr int64_t PREFETCH = 4096;
 
+// blocks of up to this many rows keep two chains of dependent dot products a row; taller ones one (their rows'
+// chains are enough to fill the pipes, and the registers are not)
+constexpr int TWO_CHAINS = 6;
+
 inline int64_t groups(int64_t K) { return (K + G - 1) / G; }
 inline int64_t m_bytes(int64_t ng) { return (ng * NT + 63) / 64 * 64; }
 inline int64_t tile_bytes(int64_t K) { return m_bytes(groups(K)) + groups(K) * 4 * 64; }
@@ -164,7 +168,7 @@ inline void tile(const int8_t* xq, const int32_t* init, int64_t Kp, int64_t ng, 
       for (int r = 0; r < rb; ++r) {
         const int8_t* x = xq + r * Kp + g * G;
         ivec a = set1(init[r * ng + g]);
-        if constexpr (rb <= 6) {  // two chains of dependent dot products, not one
+        if constexpr (rb <= TWO_CHAINS) {
           ivec b = zero();
 #pragma GCC unroll 4
           for (int o = 0; o < 4; ++o) {
@@ -172,7 +176,7 @@ inline void tile(const int8_t* xq, const int32_t* init, int64_t Kp, int64_t ng, 
             b = dot(b, hi[o], x + 8 * o + 4);
           }
           a = add(a, b);
-        } else {  // (the rows' chains are enough to fill the pipes)
+        } else {
 #pragma GCC unroll 4
           for (int o = 0; o < 4; ++o) a = dot(dot(a, lo[o], x + 8 * o), hi[o], x + 8 * o + 4);
         }

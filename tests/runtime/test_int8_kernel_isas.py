@@ -67,7 +67,7 @@ def test_the_int8_kernel_of_another_instruction_set_is_the_product_and_row_exact
 @pytest.mark.parametrize("isa", list(ISAS))
 def test_the_w8a8_kernel_of_another_instruction_set_computes_the_same_bits(isa):
     mm = _op(isa, "w8a8")
-    q, s = quantize_int8(torch.randn(37, 70))  # a tail past the tile (37 = 9 x 4 + 1), past a chunk (70 = 64 + 6)
+    q, s = quantize_int8(torch.randn(37, 70))  # a tail past the tile (37 = 2 x 16 + 5), past a chunk (70 = 64 + 6)
     x = torch.randn(15, 70) * torch.linspace(0.1, 5, 15)[:, None]
     y = mm(x, pack_tiles(q), s)
     assert torch.equal(y, w8a8_mm_reference(x, q, s))

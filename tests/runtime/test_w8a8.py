@@ -18,7 +18,7 @@ def _kernel():
         pytest.skip("the fused kernel (and with it the W8A8 matmul) is not built here")
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (5, 70), (8, 128), (9, 63)])
+@pytest.mark.parametrize("shape", [(1, 1), (5, 70), (8, 128), (9, 63), (20, 70), (33, 128)])
 def test_the_packed_layout_round_trips_and_pads_with_zeros(shape):
     q = torch.randint(-127, 128, shape, dtype=torch.int8)
     qp = quant.pack_tiles(q)
@@ -26,8 +26,8 @@ def test_the_packed_layout_round_trips_and_pads_with_zeros(shape):
     assert qp.shape == (-(-N // quant.TILE_ROWS) * quant.TILE_ROWS, -(-K // quant.TILE_COLS) * quant.TILE_COLS)
     assert torch.equal(quant.unpack_tiles(qp, N, K), q)
     assert int(qp.abs().sum()) == int(q.abs().sum())  # the padding is zeros
-    if N >= 4 and K >= 64:  # tile 0's first chunk: rows 0..3, columns 0..63, one run of memory
-        assert torch.equal(qp.flatten()[:256].view(4, 64), q[:4, :64])
+    if N >= 16 and K >= 8:  # tile 0's first two vectors: columns 0..3, then 4..7, of rows 0..15
+        assert torch.equal(qp.flatten()[:128].view(2, 16, 4), q[:16, :8].view(16, 2, 4).transpose(0, 1))
 
 
 def test_rows_round_half_to_even_within_127_levels_of_their_largest_magnitude():
@@ -73,7 +73,7 @@ def test_the_kernel_refuses_a_weight_that_is_not_packed():
     _kernel()
     q, s = quant.quantize_int8(torch.randn(6, 70))
     with pytest.raises(RuntimeError, match="packed in tiles"):
-        torch.ops.trtspec.w8a8_mm(torch.randn(2, 70), q, s)  # q [6, 70] is not pack_tiles(q) [8, 128]
+        torch.ops.trtspec.w8a8_mm(torch.randn(2, 70), q, s)  # q [6, 70] is not pack_tiles(q) [16, 128]
 
 
 @pytest.mark.parametrize("mode, unpacked", [("w8a8", (24, 100)), ("w4a8", (24, 128))])

@@ -59,7 +59,7 @@ from trtspec.runtime.llama import LayerWeights, Linear, Llama
 
 GROUP = 32
 MODES = ("int8", "int4", "w8a8", "w4a8")
-TILE_ROWS, TILE_COLS = 4, 64  # W8A8Linear's packed layout: kernels/w8a8_mm.h's NT and CK
+TILE_ROWS, TILE_COLS = 16, 64  # W8A8Linear's packed layout: kernels/w8a8_mm.h's NT and CK
 W4_TILE, W4_GROUP = 16, 32  # W4A8Linear's packed layout: kernels/w4a8_mm.h's NT and G
 W4_DOT_MAX = W4_GROUP * 8 * 127  # the largest |sum| of one group's products (|q| <= 8, |xq| <= 127)
 KERNEL_K = 8  # _weight_int8pack_mm's input width must be a multiple of this (a crash, not an error, otherwise)
@@ -171,18 +171,19 @@ class Int8Linear:
 
 def pack_tiles(q: torch.Tensor) -> torch.Tensor:
     """q [N, K] int8 -> [Np, Kp] (N, K zero-padded to multiples of TILE_ROWS, TILE_COLS), laid out as
-    kernels/w8a8_mm.h reads it: [Np / TILE_ROWS, Kp / TILE_COLS, TILE_ROWS, TILE_COLS], each tile one run."""
+    kernels/w8a8_mm.h reads it: [Np / TILE_ROWS, Kp / 4, TILE_ROWS, 4], each tile one run whose 64-byte vectors
+    hold 4 columns of its TILE_ROWS rows."""
     N, K = q.shape
     qp = F.pad(q, (0, (-K) % TILE_COLS, 0, (-N) % TILE_ROWS))  # [Np, Kp]
     Np, Kp = qp.shape
-    tiles = qp.view(Np // TILE_ROWS, TILE_ROWS, Kp // TILE_COLS, TILE_COLS).transpose(1, 2)
+    tiles = qp.view(Np // TILE_ROWS, TILE_ROWS, Kp // 4, 4).transpose(1, 2)  # [T, Kp / 4, TILE_ROWS, 4]
     return tiles.contiguous().view(Np, Kp)
 
 
 def unpack_tiles(qp: torch.Tensor, n: int, k: int) -> torch.Tensor:
     """pack_tiles' inverse: q [n, k]."""
     Np, Kp = qp.shape
-    q = qp.view(Np // TILE_ROWS, Kp // TILE_COLS, TILE_ROWS, TILE_COLS).transpose(1, 2).reshape(Np, Kp)
+    q = qp.view(Np // TILE_ROWS, Kp // 4, TILE_ROWS, 4).transpose(1, 2).reshape(Np, Kp)
     return q[:n, :k].contiguous()
 
 

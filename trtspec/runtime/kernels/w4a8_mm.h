@@ -23,19 +23,37 @@
 #pragma once
 
 #include "scaled_rows.h"
-#include "w8a8_mm.h"  // quantize_row: each row of activations rounded to int8 as W8A8 rounds it
+#include "w8a8_mm.h"  // quantize_row (each row of activations rounded to int8 as W8A8 rounds it), the int32 vectors
 
 namespace trtspec_w4a8 {
 namespace {
 
 constexpr int NT = 16, G = 32;  // weight rows per tile (the lanes of a dot product), columns per group
-// bytes ahead in the tile's run: 0, 4, 8, 16 and 32 KB were all within noise of each other (a decode step of
-// Qwen2.5-Coder-1.5B's layers on an AMD EPYC), none much better than no prefetch for one row, 4 KB best at 5-9 rows
-constexpr int64_t PREFETCH = 4096;
+// The weights are prefetched ahead in the tile's run: a block of few rows, which streams them fast, 64 KB ahead into
+// L2 (prefetcht2); a taller one, whose dot products are the bottleneck, 4 KB ahead into L1. Qwen2.5-Coder-1.5B on
+// an AMD EPYC, 2 threads, 4 KB into L1 at every row count against 64 KB into L2: one row 38 -> 28-34 ms, 5 rows
+// 48-49 -> 40-41, 9 rows 56-58 -> 62-63.
+constexpr int FAR_ROWS = 5;  // blocks of up to this many rows prefetch far
+template <int rb>
+inline void prefetch(const uint8_t* p) {
+  constexpr int64_t ahead = rb <= FAR_ROWS ? 65536 : 4096;
+  constexpr int hint = rb <= FAR_ROWS ? 1 : 3;
+  for (int line = 0; line < 256; line += 64) __builtin_prefetch(p + ahead + line, 0, hint);
+}
 
 // blocks of up to this many rows keep two chains of dependent dot products a row; taller ones one (their rows'
 // chains are enough to fill the pipes, and the registers are not)
 constexpr int TWO_CHAINS = 6;
+
+// the vector of NT lanes of int32 sums and its operations (HALVES vectors per tile on AVX2), as w8a8_mm.h has them
+static_assert(NT == trtspec_w8a8::NT, "w8a8_mm.h's lanes are a tile's rows here too");
+using trtspec_w8a8::add;
+using trtspec_w8a8::HALVES;
+using trtspec_w8a8::ivec;
+using trtspec_w8a8::LANES;
+using trtspec_w8a8::set1;
+using trtspec_w8a8::store;
+using trtspec_w8a8::zero;
 
 inline int64_t groups(int64_t K) { return (K + G - 1) / G; }
 inline int64_t m_bytes(int64_t ng) { return (ng * NT + 63) / 64 * 64; }
@@ -47,33 +65,19 @@ inline int64_t tile_bytes(int64_t K) { return m_bytes(groups(K)) + groups(K) * 4
 // weights while it computes; 6 rows and then 3 swept a tile twice, the second time with nothing to read (a 9-row
 // pass of Qwen2.5-Coder-1.5B on an AMD EPYC: 64.7 ms in two sweeps, 58.7 in one; a one-row step ~36).
 constexpr int RB = 10;
-constexpr int HALVES = 1;  // vectors of lanes per tile
-using ivec = __m512i;
-inline ivec set1(int32_t v) { return _mm512_set1_epi32(v); }
-inline ivec zero() { return _mm512_setzero_si512(); }
 // the two nibble vectors of one octet (this half: all 16 lanes)
 inline void unpack(const uint8_t* p, int, ivec* lo, ivec* hi) {
   const __m512i v = _mm512_loadu_si512(p), mask = _mm512_set1_epi8(0x0F);
   *lo = _mm512_and_si512(v, mask);
   *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
 }
-inline ivec dot(ivec acc, ivec w, const int8_t* x4) {
-  int32_t x;
-  __builtin_memcpy(&x, x4, 4);
-  return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(x));
-}
+inline ivec dot(ivec acc, ivec w, const int8_t* x4) { return trtspec_w8a8::dpbusd_x4(acc, w, x4); }
 inline ivec load_m(const uint8_t* p, int) {
   return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
-inline ivec add(ivec a, ivec b) { return _mm512_add_epi32(a, b); }
 inline ivec madd(ivec tot, ivec a, ivec m) { return _mm512_add_epi32(tot, _mm512_mullo_epi32(a, m)); }
-inline void store(int32_t* out, ivec v) { _mm512_storeu_si512(out, v); }
 #elif defined(__AVX2__)
 constexpr int RB = 2;
-constexpr int HALVES = 2;  // two vectors of 8 lanes per tile
-using ivec = __m256i;
-inline ivec set1(int32_t v) { return _mm256_set1_epi32(v); }
-inline ivec zero() { return _mm256_setzero_si256(); }
 inline void unpack(const uint8_t* p, int half, ivec* lo, ivec* hi) {
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * half));
   const __m256i mask = _mm256_set1_epi8(0x0F);
@@ -89,21 +93,9 @@ inline ivec dot(ivec acc, ivec w, const int8_t* x4) {
 inline ivec load_m(const uint8_t* p, int half) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * half)));
 }
-inline ivec add(ivec a, ivec b) { return _mm256_add_epi32(a, b); }
 inline ivec madd(ivec tot, ivec a, ivec m) { return _mm256_add_epi32(tot, _mm256_mullo_epi32(a, m)); }
-inline void store(int32_t* out, ivec v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), v); }
 #else
 constexpr int RB = 4;
-constexpr int HALVES = 1;
-struct ivec {
-  int32_t v[NT];
-};
-inline ivec set1(int32_t x) {
-  ivec r;
-  for (int i = 0; i < NT; ++i) r.v[i] = x;
-  return r;
-}
-inline ivec zero() { return set1(0); }
 // byte lane * 4 + c, as the lanes of a 4-byte dot product
 struct nib {
   uint8_t b[NT * 4];
@@ -124,16 +116,9 @@ inline ivec load_m(const uint8_t* p, int) {
   for (int i = 0; i < NT; ++i) r.v[i] = p[i];
   return r;
 }
-inline ivec add(ivec a, ivec b) {
-  for (int i = 0; i < NT; ++i) a.v[i] += b.v[i];
-  return a;
-}
 inline ivec madd(ivec tot, ivec a, ivec m) {
   for (int i = 0; i < NT; ++i) tot.v[i] += a.v[i] * m.v[i];
   return tot;
-}
-inline void store(int32_t* out, ivec v) {
-  for (int i = 0; i < NT; ++i) out[i] = v.v[i];
 }
 #endif
 
@@ -142,7 +127,6 @@ using wvec = ivec;
 #else
 using wvec = nib;
 #endif
-constexpr int LANES = NT / HALVES;
 
 // out[r * NT + lane] = sum_g m[lane, g] * sum_{k in g} xq[r, k] q[lane, k] for rb rows of xq (stride Kp; init:
 // -8 * each group's sum of xq, stride ng) and one packed tile
@@ -156,10 +140,7 @@ inline void tile(const int8_t* xq, const int32_t* init, int64_t Kp, int64_t ng, 
     for (int r = 0; r < rb; ++r) tot[r] = zero();
     for (int64_t g = 0; g < ng; ++g) {
       const uint8_t* wg = wp + g * 256;
-      __builtin_prefetch(wg + PREFETCH, 0, 3);
-      __builtin_prefetch(wg + PREFETCH + 64, 0, 3);
-      __builtin_prefetch(wg + PREFETCH + 128, 0, 3);
-      __builtin_prefetch(wg + PREFETCH + 192, 0, 3);
+      prefetch<rb>(wg);
       wvec lo[4], hi[4];
 #pragma GCC unroll 4
       for (int o = 0; o < 4; ++o) unpack(wg + o * 64, half, &lo[o], &hi[o]);

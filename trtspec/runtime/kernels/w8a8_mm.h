@@ -2,11 +2,11 @@
 // (dynamic), int32 sums. y [R, N] = float(sum_k xq[r, k] q[n, k]) * sx[r] * s[n], where each row of x [R, K] is
 // rounded to xq[r] = round(x[r] * 127 / amax(|x[r]|)) in [-127, 127] and sx[r] = amax / 127.
 //
-// Why: kernels/int8_mm.h widens every weight byte to float32 and multiplies it once per row of the pass, and reads
-// each weight row as its own stream. Here a byte of weight is one lane of an integer dot product (AVX-512 VNNI: 64
-// multiply-adds per instruction; AVX2: 32), and the weights are packed so that each thread streams one run of
-// memory. Measured on an AMD EPYC (Zen 4, 2 threads), Qwen2.5-Coder-1.5B, a decode step: 39.7 ms against 71.6 for
-// the weight-only int8 kernel; a pass of 5 rows 81 ms against 121 (bench/bench_rows.py; docs/measurements.md).
+// Why: kernels/int8_mm.h widens every weight byte to float32 and multiplies it once per row of the pass. Here a
+// byte of weight is one lane of an integer dot product (AVX-512 VNNI: 64 multiply-adds per instruction), the
+// weights are packed so that each thread streams one run of memory, and the lanes of a dot product are NT weight
+// rows (w4a8_mm.h's layout, a byte a weight): a row of activations enters as 4 bytes broadcast to every lane, so
+// a block of up to RB rows keeps its sums in registers and reads each weight vector once.
 //
 // Row-exact, and the same bits on every instruction set: a row's integer sum is exact (no rounding, so no order
 // to keep), its rounding to xq and the three float32 products at the end are the row's own; the rows beside it,
@@ -37,10 +37,10 @@
 namespace trtspec_w8a8 {
 namespace {
 
-// The packed weight layout: tiles of NT weight rows, each in chunks of CK bytes, [N / NT, K / CK, NT, CK] (N and
-// K zero-padded to multiples), so each thread streams its tiles as one run of memory (runtime/quant.py packs it).
-// Measured on an AMD EPYC (Zen 4), 2 threads, one row: 27-30 GB/s against 18-21 for row-major [N, K].
-constexpr int NT = 4, CK = 64;
+// The packed layout (runtime/quant.py's `pack_tiles`): tiles of NT = 16 weight rows, N and K zero-padded to
+// multiples of NT and CK; a tile is one run of memory, [Kp / 4, NT, 4]: its 64-byte vector v holds columns 4 v ..
+// 4 v + 3 of the tile's 16 rows, row after row (byte lane * 4 + c: column 4 v + c of row n0 + lane).
+constexpr int NT = 16, CK = 64;
 
 // row x [K] -> xq [Kp] in [-127, 127] (zero past K), its scale sx and sum_k xq (a row of zeros: zeros, scale 0)
 inline void quantize_row(const float* x, int64_t K, int64_t Kp, int8_t* xq, float* sx, int32_t* xsum) {
@@ -59,116 +59,136 @@ inline void quantize_row(const float* x, int64_t K, int64_t Kp, int8_t* xq, floa
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-constexpr int VB = 64, RB = 6;  // 24 accumulators + 4 weight vectors + 1 input vector of 32 registers
+// rows per block: up to 10, one chain of dot products a row; blocks of fewer than CHAIN_ROWS rows keep two (a dot
+// product's latency is a few cycles). One block of 9 rows (a verify pass of K = 8) reads each weight vector once.
+constexpr int RB = 10, MAX_CHAINS = 2, CHAIN_ROWS = 4;
+constexpr int HALVES = 1;  // vectors of lanes per tile
 constexpr int32_t OFFSET = 128;  // the weights enter as q + 128 (unsigned bytes)
-using acc_t = __m512i;
+using ivec = __m512i;
 struct wvec {
   __m512i u;
 };
-inline acc_t zero() { return _mm512_setzero_si512(); }
-inline wvec load_w(const int8_t* p) {
+inline ivec zero() { return _mm512_setzero_si512(); }
+inline ivec set1(int32_t v) { return _mm512_set1_epi32(v); }
+inline ivec add(ivec a, ivec b) { return _mm512_add_epi32(a, b); }
+inline void store(int32_t* out, ivec v) { _mm512_storeu_si512(out, v); }
+// acc + in each lane the dot product of its 4 unsigned bytes of w with the 4 signed bytes at x4: the bytes at x4
+// broadcast by vpdpbusd's own memory operand ({1to16}), which compilers do not fold _mm512_set1_epi32 into. A tile
+// of 9 rows in L1: ~1.1 cycles a dot product this way, ~1.6 with a vpbroadcastd of its own (an AMD EPYC, Zen 4).
+inline ivec dpbusd_x4(ivec acc, __m512i w, const int8_t* x4) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(x4)));
+  return acc;
+}
+inline wvec load_w(const int8_t* p, int) {
   return {_mm512_xor_si512(_mm512_loadu_si512(p), _mm512_set1_epi8(static_cast<char>(0x80)))};
 }
-using xvec = __m512i;
-inline xvec load_x(const int8_t* p) { return _mm512_loadu_si512(p); }
-inline acc_t dot(acc_t acc, const wvec& w, xvec x) { return _mm512_dpbusd_epi32(acc, w.u, x); }
-inline int32_t total(acc_t a) { return _mm512_reduce_add_epi32(a); }
+using xvec = const int8_t*;  // 4 bytes of a row
+inline xvec load_x(const int8_t* x4) { return x4; }
+inline ivec dot(ivec acc, const wvec& w, xvec x4) { return dpbusd_x4(acc, w.u, x4); }
 #elif defined(__AVX2__)
-constexpr int VB = 32, RB = 2;  // 8 accumulators + 4 x 2 weight vectors of 16 registers
+// 6 rows x 2 halves of sums in 16 registers (a few spill): 9 rows of Qwen2.5-Coder-1.5B's layer matmuls cost 2.1x one
+// row at 6 against 2.2-2.3x at 3 or 4 (an AMD EPYC, this header built for AVX2)
+constexpr int RB = 6, MAX_CHAINS = 1, CHAIN_ROWS = 0;
+constexpr int HALVES = 2;  // two vectors of 8 lanes per tile, both read in one sweep
 constexpr int32_t OFFSET = 0;
-using acc_t = __m256i;
+using ivec = __m256i;
 struct wvec {
   __m256i abs, sign;
 };
-inline acc_t zero() { return _mm256_setzero_si256(); }
-inline wvec load_w(const int8_t* p) {
-  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+inline ivec zero() { return _mm256_setzero_si256(); }
+inline ivec set1(int32_t v) { return _mm256_set1_epi32(v); }
+inline wvec load_w(const int8_t* p, int half) {
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * half));
   return {_mm256_sign_epi8(q, q), q};
 }
 using xvec = __m256i;
-inline xvec load_x(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-inline acc_t dot(acc_t acc, const wvec& w, xvec x) {
+inline xvec load_x(const int8_t* x4) {
+  int32_t x;
+  __builtin_memcpy(&x, x4, 4);
+  return _mm256_set1_epi32(x);
+}
+inline ivec dot(ivec acc, const wvec& w, xvec x) {
   const __m256i xs = _mm256_sign_epi8(x, w.sign);
   const __m256i pairs = _mm256_maddubs_epi16(w.abs, xs);  // |q| * (x with q's sign), adjacent pairs summed
   return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
 }
-inline int32_t total(acc_t a) {
-  alignas(32) int32_t t[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(t), a);
-  int32_t s = 0;
-  for (int i = 0; i < 8; ++i) s += t[i];
-  return s;
-}
+inline ivec add(ivec a, ivec b) { return _mm256_add_epi32(a, b); }
+inline void store(int32_t* out, ivec v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), v); }
 #else
-constexpr int VB = 16, RB = 4;
+constexpr int RB = 4, MAX_CHAINS = 1, CHAIN_ROWS = 0;
+constexpr int HALVES = 1;
 constexpr int32_t OFFSET = 0;
-struct acc_t {
-  int32_t v;
+struct ivec {
+  int32_t v[NT];
 };
 struct wvec {
   const int8_t* p;
 };
-inline acc_t zero() { return {0}; }
-inline wvec load_w(const int8_t* p) { return {p}; }
+inline ivec set1(int32_t x) {
+  ivec r;
+  for (int i = 0; i < NT; ++i) r.v[i] = x;
+  return r;
+}
+inline ivec zero() { return set1(0); }
+inline wvec load_w(const int8_t* p, int) { return {p}; }
 using xvec = const int8_t*;
-inline xvec load_x(const int8_t* p) { return p; }
-inline acc_t dot(acc_t acc, const wvec& w, xvec x) {
-  for (int i = 0; i < VB; ++i) acc.v += static_cast<int32_t>(w.p[i]) * x[i];
+inline xvec load_x(const int8_t* x4) { return x4; }
+inline ivec dot(ivec acc, const wvec& w, xvec x4) {
+  for (int i = 0; i < NT; ++i)
+    for (int c = 0; c < 4; ++c) acc.v[i] += static_cast<int32_t>(w.p[i * 4 + c]) * x4[c];
   return acc;
 }
-inline int32_t total(acc_t a) { return a.v; }
+inline ivec add(ivec a, ivec b) {
+  for (int i = 0; i < NT; ++i) a.v[i] += b.v[i];
+  return a;
+}
+inline void store(int32_t* out, ivec v) {
+  for (int i = 0; i < NT; ++i) out[i] = v.v[i];
+}
 #endif
+constexpr int LANES = NT / HALVES;
 
-constexpr int64_t PREFETCH = 8192;  // bytes ahead in the tile's run (8 KB measured best for kernels/int8_mm.h)
+// The weights are prefetched this many bytes ahead in the tile's run into L2 (prefetcht2): far enough for a pass of
+// many rows, which reads them slowly, to overlap its dot products with the memory. A 9-row pass of
+// Qwen2.5-Coder-1.5B (an AMD EPYC, 2 threads): 71-74 ms with 4 KB into L1, 58-60 at 64 KB into L2; one row the same.
+constexpr int64_t PREFETCH = 65536;
 constexpr int64_t ROW_CHUNK = 64;   // rows of x per sweep over the weights
 
-// out[r * NT + j] = sum_k xq[r, k] q[j, k] for rb rows of xq (stride Kp; xsum: their sums) and one packed tile qt
+// out[r * NT + lane] = sum_k xq[r, k] q[lane, k] for rb rows of xq (stride Kp; xsum: their sums) and one packed
+// tile qt, read once: CHAINS chains of dot products per row and vector of lanes, added at the end
 template <int rb>
 inline void tile(const int8_t* xq, const int32_t* xsum, const int8_t* qt, int64_t Kp, int32_t* out) {
-  acc_t acc[rb][NT];
-#pragma GCC unroll 8
+  constexpr int CHAINS = rb < CHAIN_ROWS ? MAX_CHAINS : 1;
+  ivec acc[rb][HALVES][CHAINS];
+#pragma GCC unroll 10
   for (int r = 0; r < rb; ++r)
-#pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) acc[r][j] = zero();
-  for (int64_t k = 0; k < Kp; k += CK) {
-    const int8_t* wk = qt + k * NT;  // this chunk of the tile: NT rows of CK bytes
+    for (int h = 0; h < HALVES; ++h)
+      for (int c = 0; c < CHAINS; ++c) acc[r][h][c] = zero();
+  for (int64_t k = 0; k < Kp; k += 16) {
+    const int8_t* wk = qt + k * NT;  // columns k .. k + 15: 4 vectors of NT rows x 4 columns
+    __builtin_prefetch(wk + PREFETCH, 0, 1);
+    __builtin_prefetch(wk + PREFETCH + 64, 0, 1);
+    __builtin_prefetch(wk + PREFETCH + 128, 0, 1);
+    __builtin_prefetch(wk + PREFETCH + 192, 0, 1);
 #pragma GCC unroll 4
-    for (int line = 0; line < NT * CK; line += 64) __builtin_prefetch(wk + PREFETCH + line, 0, 3);
-#pragma GCC unroll 4
-    for (int h = 0; h < CK; h += VB) {
-      wvec w[NT];
-#pragma GCC unroll 8
-      for (int j = 0; j < NT; ++j) w[j] = load_w(wk + j * CK + h);
-#pragma GCC unroll 8
+    for (int o = 0; o < 4; ++o) {
+      wvec w[HALVES];
+#pragma GCC unroll 2
+      for (int h = 0; h < HALVES; ++h) w[h] = load_w(wk + o * 64, h);
+#pragma GCC unroll 10
       for (int r = 0; r < rb; ++r) {
-        const xvec xv = load_x(xq + r * Kp + k + h);  // once per row: one load feeds the tile's NT rows
-#pragma GCC unroll 8
-        for (int j = 0; j < NT; ++j) acc[r][j] = dot(acc[r][j], w[j], xv);
+        const xvec x = load_x(xq + r * Kp + k + 4 * o);
+#pragma GCC unroll 2
+        for (int h = 0; h < HALVES; ++h) acc[r][h][o % CHAINS] = dot(acc[r][h][o % CHAINS], w[h], x);
       }
     }
   }
   for (int r = 0; r < rb; ++r)
-    for (int j = 0; j < NT; ++j) out[r * NT + j] = total(acc[r][j]) - OFFSET * xsum[r];
-}
-
-// rows r0 .. r0 + rc of y, tile by tile (threads take tiles), in blocks of RB rows
-template <typename S, typename Y>
-void sweep(const int8_t* xq, const float* sx, const int32_t* xsum, int64_t r0, int64_t rc, int64_t Kp,
-           const int8_t* qp, const S* s, int64_t N, Y* y) {
-  const int64_t tiles = (N + NT - 1) / NT;
-  at::parallel_for(0, tiles, 16, [&](int64_t lo, int64_t hi) {
-    int32_t out[RB * NT];
-    for (int64_t t = lo; t < hi; ++t) {
-      const int64_t n = t * NT, nt = std::min<int64_t>(NT, N - n);
-      for (int64_t r = r0; r < r0 + rc; r += RB) {
-        const int rb = static_cast<int>(std::min<int64_t>(RB, r0 + rc - r));
-        by_rows<RB>(rb, [&](auto c) { tile<decltype(c)::value>(xq + r * Kp, xsum + r, qp + t * NT * Kp, Kp, out); });
-        for (int i = 0; i < rb; ++i)
-          for (int64_t j = 0; j < nt; ++j)
-            y[(r + i) * N + n + j] = Y(static_cast<float>(out[i * NT + j]) * sx[r + i] * static_cast<float>(s[n + j]));
-      }
+    for (int h = 0; h < HALVES; ++h) {
+      ivec total = set1(-OFFSET * xsum[r]);
+      for (int c = 0; c < CHAINS; ++c) total = add(total, acc[r][h][c]);
+      store(out + r * NT + h * LANES, total);
     }
-  });
 }
 
 template <typename S, typename Y>
@@ -177,8 +197,26 @@ void mm(const float* x, int64_t R, int64_t K, const int8_t* qp, int64_t Kp, cons
   std::vector<float> sx(R);
   std::vector<int32_t> xsum(R);
   for (int64_t r = 0; r < R; ++r) quantize_row(x + r * K, K, Kp, xq.data() + r * Kp, &sx[r], &xsum[r]);
-  for (int64_t r0 = 0; r0 < R; r0 += ROW_CHUNK)
-    sweep(xq.data(), sx.data(), xsum.data(), r0, std::min(ROW_CHUNK, R - r0), Kp, qp, s, N, y);
+  const int64_t tiles = (N + NT - 1) / NT;
+  for (int64_t r0 = 0; r0 < R; r0 += ROW_CHUNK) {
+    const int64_t rc = std::min(ROW_CHUNK, R - r0);
+    at::parallel_for(0, tiles, 4, [&](int64_t lo, int64_t hi) {
+      int32_t out[RB * NT];
+      for (int64_t t = lo; t < hi; ++t) {
+        const int64_t n = t * NT, nt = std::min<int64_t>(NT, N - n);
+        for (int64_t r = r0; r < r0 + rc; r += RB) {
+          const int rb = static_cast<int>(std::min<int64_t>(RB, r0 + rc - r));
+          by_rows<RB>(rb, [&](auto c) {
+            tile<decltype(c)::value>(xq.data() + r * Kp, xsum.data() + r, qp + t * NT * Kp, Kp, out);
+          });
+          for (int i = 0; i < rb; ++i)
+            for (int64_t j = 0; j < nt; ++j)
+              y[(r + i) * N + n + j] =
+                  Y(static_cast<float>(out[i * NT + j]) * sx[r + i] * static_cast<float>(s[n + j]));
+        }
+      }
+    });
+  }
 }
 
 }  // namespace

@@ -90,8 +90,8 @@ inline float hsum(vec v) {
 }
 
 // bytes ahead in each weight row (the hardware prefetcher stops at 4 KB pages), into L2 (prefetcht2). Qwen2.5-Coder-1.5B
-// on an AMD EPYC, 2 threads: a one-row step 76-92 ms at 8 KB into L1 (once best of 0.5-16 KB into L1), 43-49 ms at
-// 64 KB into L2; passes of 5 and 9 rows, bound by their float multiply-adds, the same within noise.
+// on an AMD EPYC, 2 threads: a one-row step 76-92 ms at 8 KB into L1 (once the best of 0.5-16 KB into L1), 42-51 ms
+// at 64 KB into L2; passes of 5 and 9 rows, bound by their float multiply-adds, the same within noise.
 constexpr int64_t PREFETCH = 65536;
 constexpr int64_t ROW_CHUNK = 64;  // rows of x per sweep over the weights: a long pass (a prefill) keeps them in L2
 

@@ -29,18 +29,6 @@ namespace trtspec_w4a8 {
 namespace {
 
 constexpr int NT = 16, G = 32;  // weight rows per tile (the lanes of a dot product), columns per group
-// The weights are prefetched ahead in the tile's run: a block of few rows, which streams them fast, 64 KB ahead into
-// L2 (prefetcht2); a taller one, whose dot products are the bottleneck, 4 KB ahead into L1. Qwen2.5-Coder-1.5B on
-// an AMD EPYC, 2 threads, 4 KB into L1 at every row count against 64 KB into L2: one row 38 -> 28-34 ms, 5 rows
-// 48-49 -> 40-41, 9 rows 56-58 -> 62-63.
-constexpr int FAR_ROWS = 5;  // blocks of up to this many rows prefetch far
-template <int rb>
-inline void prefetch(const uint8_t* p) {
-  constexpr int64_t ahead = rb <= FAR_ROWS ? 65536 : 4096;
-  constexpr int hint = rb <= FAR_ROWS ? 1 : 3;
-  for (int line = 0; line < 256; line += 64) __builtin_prefetch(p + ahead + line, 0, hint);
-}
-
 // blocks of up to this many rows keep two chains of dependent dot products a row; taller ones one (their rows'
 // chains are enough to fill the pipes, and the registers are not)
 constexpr int TWO_CHAINS = 6;
@@ -140,7 +128,7 @@ inline void tile(const int8_t* xq, const int32_t* init, int64_t Kp, int64_t ng, 
     for (int r = 0; r < rb; ++r) tot[r] = zero();
     for (int64_t g = 0; g < ng; ++g) {
       const uint8_t* wg = wp + g * 256;
-      prefetch<rb>(wg);
+      prefetch_ahead<256>(wg);
       wvec lo[4], hi[4];
 #pragma GCC unroll 4
       for (int o = 0; o < 4; ++o) unpack(wg + o * 64, half, &lo[o], &hi[o]);

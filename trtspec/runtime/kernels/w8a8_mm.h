@@ -148,10 +148,6 @@ inline void store(int32_t* out, ivec v) {
 #endif
 constexpr int LANES = NT / HALVES;
 
-// The weights are prefetched this many bytes ahead in the tile's run into L2 (prefetcht2): far enough for a pass of
-// many rows, which reads them slowly, to overlap its dot products with the memory. A 9-row pass of
-// Qwen2.5-Coder-1.5B (an AMD EPYC, 2 threads): 71-74 ms with 4 KB into L1, 58-60 at 64 KB into L2; one row the same.
-constexpr int64_t PREFETCH = 65536;
 constexpr int64_t ROW_CHUNK = 64;   // rows of x per sweep over the weights
 
 // out[r * NT + lane] = sum_k xq[r, k] q[lane, k] for rb rows of xq (stride Kp; xsum: their sums) and one packed
@@ -166,10 +162,7 @@ inline void tile(const int8_t* xq, const int32_t* xsum, const int8_t* qt, int64_
       for (int c = 0; c < CHAINS; ++c) acc[r][h][c] = zero();
   for (int64_t k = 0; k < Kp; k += 16) {
     const int8_t* wk = qt + k * NT;  // columns k .. k + 15: 4 vectors of NT rows x 4 columns
-    __builtin_prefetch(wk + PREFETCH, 0, 1);
-    __builtin_prefetch(wk + PREFETCH + 64, 0, 1);
-    __builtin_prefetch(wk + PREFETCH + 128, 0, 1);
-    __builtin_prefetch(wk + PREFETCH + 192, 0, 1);
+    prefetch_ahead<256>(wk);
 #pragma GCC unroll 4
     for (int o = 0; o < 4; ++o) {
       wvec w[HALVES];

@@ -1,7 +1,8 @@
 // What int8_mm.h, w8a8_mm.h and w4a8_mm.h share: at their edge, the checks of the activations x [R, K] and the
 // per-output scales s [N], and the call of a kernel's `mm` for each pair of scale and output dtypes (float32 or
 // bfloat16 each), with x widened to float32 and y [R, N] in x's dtype; inside, `by_rows`, a run-time row count
-// turned into the compile-time one of a register block, and `prefetch_ahead` (w8a8_mm.h and w4a8_mm.h).
+// turned into the compile-time one of a register block; for w8a8_mm.h and w4a8_mm.h, `prefetch_ahead` and
+// `tiled_rows`, the sweep of their tiles of integer sums.
 
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <type_traits>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/BFloat16.h>
 
@@ -63,3 +65,31 @@ static inline void prefetch_ahead(const void* p) {
     __builtin_prefetch(c + 65536 + line, 0, 1);
   }
 }
+
+// y [R, N] = float(out) * sx[r] * s[n] from the int32 sums of tiles of nt weight rows: tile(c, t, r, out) with c
+// the compile-time row count rb of a block (by_rows: std::integral_constant, rb <= rb_max) fills
+// out[i * nt + lane] = the sum of row r + i of x with weight row t * nt + lane. Rows in chunks of 64 (a long pass
+// keeps its rows in L2), each chunk swept in blocks of rb_max rows; threads take tiles.
+template <int nt, int rb_max, typename S, typename Y, typename Tile>
+static inline void tiled_rows(int64_t R, int64_t N, const float* sx, const S* s, Y* y, Tile tile) {
+  constexpr int64_t ROW_CHUNK = 64;
+  const int64_t tiles = (N + nt - 1) / nt;
+  for (int64_t r0 = 0; r0 < R; r0 += ROW_CHUNK) {
+    const int64_t rc = std::min(ROW_CHUNK, R - r0);
+    at::parallel_for(0, tiles, 4, [&](int64_t lo, int64_t hi) {
+      int32_t out[rb_max * nt];
+      for (int64_t t = lo; t < hi; ++t) {
+        const int64_t n = t * nt, nn = std::min<int64_t>(nt, N - n);
+        for (int64_t r = r0; r < r0 + rc; r += rb_max) {
+          const int rb = static_cast<int>(std::min<int64_t>(rb_max, r0 + rc - r));
+          by_rows<rb_max>(rb, [&](auto c) { tile(c, t, r, out); });
+          for (int i = 0; i < rb; ++i)
+            for (int64_t j = 0; j < nn; ++j)
+              y[(r + i) * N + n + j] =
+                  Y(static_cast<float>(out[i * nt + j]) * sx[r + i] * static_cast<float>(s[n + j]));
+        }
+      }
+    });
+  }
+}
+

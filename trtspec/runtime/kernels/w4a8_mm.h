@@ -156,11 +156,9 @@ inline void tile(const int8_t* xq, const int32_t* init, int64_t Kp, int64_t ng, 
   }
 }
 
-constexpr int64_t ROW_CHUNK = 64;  // rows of x per sweep over the weights
-
 template <typename S, typename Y>
 void mm(const float* x, int64_t R, int64_t K, const uint8_t* qp, const S* s, int64_t N, Y* y) {
-  const int64_t ng = groups(K), Kp = ng * G, tb = tile_bytes(K), tiles = (N + NT - 1) / NT;
+  const int64_t ng = groups(K), Kp = ng * G, tb = tile_bytes(K);
   std::vector<int8_t> xq(R * Kp);
   std::vector<float> sx(R);
   std::vector<int32_t> init(R * ng);
@@ -173,25 +171,9 @@ void mm(const float* x, int64_t R, int64_t K, const uint8_t* qp, const S* s, int
       init[r * ng + g] = -8 * sum;
     }
   }
-  for (int64_t r0 = 0; r0 < R; r0 += ROW_CHUNK) {
-    const int64_t rc = std::min(ROW_CHUNK, R - r0);
-    at::parallel_for(0, tiles, 4, [&](int64_t lo, int64_t hi) {
-      int32_t out[RB * NT];
-      for (int64_t t = lo; t < hi; ++t) {
-        const int64_t n = t * NT, nt = std::min<int64_t>(NT, N - n);
-        for (int64_t r = r0; r < r0 + rc; r += RB) {
-          const int rb = static_cast<int>(std::min<int64_t>(RB, r0 + rc - r));
-          by_rows<RB>(rb, [&](auto c) {
-            tile<decltype(c)::value>(xq.data() + r * Kp, init.data() + r * ng, Kp, ng, qp + t * tb, out);
-          });
-          for (int i = 0; i < rb; ++i)
-            for (int64_t j = 0; j < nt; ++j)
-              y[(r + i) * N + n + j] =
-                  Y(static_cast<float>(out[i * NT + j]) * sx[r + i] * static_cast<float>(s[n + j]));
-        }
-      }
-    });
-  }
+  tiled_rows<NT, RB>(R, N, sx.data(), s, y, [&](auto c, int64_t t, int64_t r, int32_t* out) {
+    tile<decltype(c)::value>(xq.data() + r * Kp, init.data() + r * ng, Kp, ng, qp + t * tb, out);
+  });
 }
 
 }  // namespace

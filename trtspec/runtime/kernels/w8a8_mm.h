@@ -20,7 +20,6 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-#include <ATen/Parallel.h>
 
 #include "scaled_rows.h"
 
@@ -148,8 +147,6 @@ inline void store(int32_t* out, ivec v) {
 #endif
 constexpr int LANES = NT / HALVES;
 
-constexpr int64_t ROW_CHUNK = 64;   // rows of x per sweep over the weights
-
 // out[r * NT + lane] = sum_k xq[r, k] q[lane, k] for rb rows of xq (stride Kp; xsum: their sums) and one packed
 // tile qt, read once: CHAINS chains of dot products per row and vector of lanes, added at the end
 template <int rb>
@@ -190,26 +187,9 @@ void mm(const float* x, int64_t R, int64_t K, const int8_t* qp, int64_t Kp, cons
   std::vector<float> sx(R);
   std::vector<int32_t> xsum(R);
   for (int64_t r = 0; r < R; ++r) quantize_row(x + r * K, K, Kp, xq.data() + r * Kp, &sx[r], &xsum[r]);
-  const int64_t tiles = (N + NT - 1) / NT;
-  for (int64_t r0 = 0; r0 < R; r0 += ROW_CHUNK) {
-    const int64_t rc = std::min(ROW_CHUNK, R - r0);
-    at::parallel_for(0, tiles, 4, [&](int64_t lo, int64_t hi) {
-      int32_t out[RB * NT];
-      for (int64_t t = lo; t < hi; ++t) {
-        const int64_t n = t * NT, nt = std::min<int64_t>(NT, N - n);
-        for (int64_t r = r0; r < r0 + rc; r += RB) {
-          const int rb = static_cast<int>(std::min<int64_t>(RB, r0 + rc - r));
-          by_rows<RB>(rb, [&](auto c) {
-            tile<decltype(c)::value>(xq.data() + r * Kp, xsum.data() + r, qp + t * NT * Kp, Kp, out);
-          });
-          for (int i = 0; i < rb; ++i)
-            for (int64_t j = 0; j < nt; ++j)
-              y[(r + i) * N + n + j] =
-                  Y(static_cast<float>(out[i * NT + j]) * sx[r + i] * static_cast<float>(s[n + j]));
-        }
-      }
-    });
-  }
+  tiled_rows<NT, RB>(R, N, sx.data(), s, y, [&](auto c, int64_t t, int64_t r, int32_t* out) {
+    tile<decltype(c)::value>(xq.data() + r * Kp, xsum.data() + r, qp + t * NT * Kp, Kp, out);
+  });
 }
 
 }  // namespace

@@ -24,10 +24,9 @@ into different greedy tokens.
           version: the numbers are int4's, the speed is the float kernel's)
     w8a8  int8's weights, packed in tiles (pack_tiles), times each row of activations rounded to int8 by its own
           scale (dynamic, per token: no calibration), in exact int32 sums (kernels/w8a8_mm.h: AVX-512 VNNI or
-          AVX2 integer dot products): the packed tiles stream faster than int8's rows (Qwen2.5-Coder-1.5B on an
-          AMD EPYC: a decode step 1.8x faster), and a verify pass of 5 rows costs 1.5-2x that step: its tiles of 4
-          rows, not the cores, bound the further rows (W4A8's 16-lane tiles do ~1.5x the multiply-adds a second on
-          the same cores; docs/measurements.md). Row-exact by construction (an
+          AVX2 integer dot products; tiles of 16 weight rows, W4A8's layout a byte a weight): a verify pass of 5
+          rows costs ~1.1x a decode step and of 9 rows ~1.25x (Qwen2.5-Coder-1.5B on an AMD EPYC;
+          docs/measurements.md). Row-exact by construction (an
           integer sum has no order), and the same bits from every instruction set's kernel, torch's int8 GEMM for
           long passes and the torch path (torch._int_mm) where the kernel is not built. Another model again: its
           greedy text followed the bf16 target's on 3 of 12 Qwen prompts of up to 128 tokens (docs/qwen.md)

@@ -89,11 +89,11 @@ inline float hsum(vec v) {
   return s;
 }
 
-// bytes ahead in each weight row (the hardware prefetcher stops at 4 KB pages), into L2 (prefetcht2). Qwen2.5-Coder-1.5B
-// on an AMD EPYC, 2 threads: a one-row step 76-92 ms at 8 KB into L1 (once the best of 0.5-16 KB into L1), 42-51 ms
-// at 64 KB into L2; passes of 5 and 9 rows, bound by their float multiply-adds, the same within noise.
+// bytes ahead in each weight row (the hardware prefetcher stops at 4 KB pages), into L2 (prefetcht2).
+// Qwen2.5-Coder-1.5B on an AMD EPYC, 2 threads: a one-row step 76-96 ms at 8 KB into L1 (once the best of 0.5-16 KB
+// into L1), 42-58 ms at 64 KB into L2; passes of 5 and 9 rows, bound by their float multiply-adds, the same within
+// noise.
 constexpr int64_t PREFETCH = 65536;
-constexpr int64_t ROW_CHUNK = 64;  // rows of x per sweep over the weights: a long pass (a prefill) keeps them in L2
 
 // out[r * nt + j] = sum_k x[r, k] q[j, k] for rb rows of x (stride K) and nt weight rows (stride K)
 template <int rb, int nt>
@@ -126,39 +126,22 @@ inline void tile(const float* x, const int8_t* q, int64_t K, float* out) {
     }
 }
 
-// rows r0 .. r0 + rc of y, in tiles of nt_ weight rows (threads take tiles) and blocks of rb_ rows
-template <int nt_, int rb_, typename S, typename Y>
-void sweep(const float* x, int64_t r0, int64_t rc, int64_t K, const int8_t* q, const S* s, int64_t N, Y* y) {
-  const int64_t tiles = (N + nt_ - 1) / nt_;
-  at::parallel_for(0, tiles, 16, [&](int64_t lo, int64_t hi) {
-    float out[rb_ * nt_];
-    for (int64_t t = lo; t < hi; ++t) {
-      const int64_t n = t * nt_, nt = std::min<int64_t>(nt_, N - n);
-      for (int64_t r = r0; r < r0 + rc; r += rb_) {
-        const int rb = static_cast<int>(std::min<int64_t>(rb_, r0 + rc - r));
-        if (nt == nt_) {
-          by_rows<rb_>(rb, [&](auto c) { tile<decltype(c)::value, nt_>(x + r * K, q + n * K, K, out); });
-        } else {
-          for (int64_t j = 0; j < nt; ++j)
-            by_rows<rb_>(rb, [&](auto c) { tile<decltype(c)::value, 1>(x + r * K, q + (n + j) * K, K, out + j * rb); });
-        }
-        for (int i = 0; i < rb; ++i)
-          for (int64_t j = 0; j < nt; ++j) {
-            const float v = nt == nt_ ? out[i * nt_ + j] : out[j * rb + i];
-            y[(r + i) * N + n + j] = Y(v * static_cast<float>(s[n + j]));
-          }
-      }
-    }
-  });
-}
-
 // y[r, n] = Y(s[n] * sum_k x[r, k] q[n, k]); x [R, K] float32, q [N, K] int8, s [N] (S), y [R, N] (Y). Passes of
 // more than RB rows take further row blocks, which widen each tile of weights again (from L1). Tiles half as
 // wide and blocks twice as tall were measured: 8-9 rows ~8 % faster, 12-16 rows up to 1.7x slower (x no longer
 // fits L1, and each load of it then serves 2 weight rows instead of 4).
 template <typename S, typename Y>
 void mm(const float* x, int64_t R, int64_t K, const int8_t* q, const S* s, int64_t N, Y* y) {
-  for (int64_t r0 = 0; r0 < R; r0 += ROW_CHUNK) sweep<NT, RB>(x, r0, std::min(ROW_CHUNK, R - r0), K, q, s, N, y);
+  tiled_rows<NT, RB, float>(R, N, [&](auto c, int64_t t, int64_t r, float* out) {
+    constexpr int rb = decltype(c)::value;
+    const int64_t n = t * NT;
+    if (N - n >= NT) return tile<rb, NT>(x + r * K, q + n * K, K, out);
+    for (int64_t j = 0; j < N - n; ++j) {  // the last tile's weight rows one at a time
+      float col[rb];
+      tile<rb, 1>(x + r * K, q + (n + j) * K, K, col);
+      for (int i = 0; i < rb; ++i) out[i * NT + j] = col[i];
+    }
+  }, [&](int64_t r, int64_t n, float v) { y[r * N + n] = Y(v * static_cast<float>(s[n])); });
 }
 
 }  // namespace

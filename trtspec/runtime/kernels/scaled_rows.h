@@ -1,8 +1,8 @@
 // What int8_mm.h, w8a8_mm.h and w4a8_mm.h share: at their edge, the checks of the activations x [R, K] and the
 // per-output scales s [N], and the call of a kernel's `mm` for each pair of scale and output dtypes (float32 or
 // bfloat16 each), with x widened to float32 and y [R, N] in x's dtype; inside, `by_rows`, a run-time row count
-// turned into the compile-time one of a register block; for w8a8_mm.h and w4a8_mm.h, `prefetch_ahead` and
-// `tiled_rows`, the sweep of their tiles of integer sums.
+// turned into the compile-time one of a register block; `tiled_rows`, the sweep of a kernel's tiles over the rows;
+// for w8a8_mm.h and w4a8_mm.h, `prefetch_ahead` and `put_scaled`.
 
 #pragma once
 
@@ -66,30 +66,36 @@ static inline void prefetch_ahead(const void* p) {
   }
 }
 
-// y [R, N] = float(out) * sx[r] * s[n] from the int32 sums of tiles of nt weight rows: tile(c, t, r, out) with c
-// the compile-time row count rb of a block (by_rows: std::integral_constant, rb <= rb_max) fills
-// out[i * nt + lane] = the sum of row r + i of x with weight row t * nt + lane. Rows in chunks of 64 (a long pass
-// keeps its rows in L2), each chunk swept in blocks of rb_max rows; threads take tiles.
-template <int nt, int rb_max, typename S, typename Y, typename Tile>
-static inline void tiled_rows(int64_t R, int64_t N, const float* sx, const S* s, Y* y, Tile tile) {
+// The sweep of a kernel's tiles of nt weight rows over the rows of x: tile(c, t, r, out), with c the compile-time
+// row count rb of a block (by_rows: a std::integral_constant, rb <= rb_max), fills out[i * nt + j] for row r + i of
+// x and weight row t * nt + j (j < nt; the last tile up to N); put(r + i, t * nt + j, out[i * nt + j]) then writes
+// y. Rows in chunks of 64 (a long pass keeps its rows in L2), each chunk in blocks of rb_max rows; threads take
+// tiles, 64 weight rows at least.
+template <int nt, int rb_max, typename Out, typename Tile, typename Put>
+static inline void tiled_rows(int64_t R, int64_t N, Tile tile, Put put) {
   constexpr int64_t ROW_CHUNK = 64;
   const int64_t tiles = (N + nt - 1) / nt;
   for (int64_t r0 = 0; r0 < R; r0 += ROW_CHUNK) {
     const int64_t rc = std::min(ROW_CHUNK, R - r0);
-    at::parallel_for(0, tiles, 4, [&](int64_t lo, int64_t hi) {
-      int32_t out[rb_max * nt];
+    at::parallel_for(0, tiles, std::max(1, 64 / nt), [&](int64_t lo, int64_t hi) {
+      Out out[rb_max * nt];
       for (int64_t t = lo; t < hi; ++t) {
         const int64_t n = t * nt, nn = std::min<int64_t>(nt, N - n);
         for (int64_t r = r0; r < r0 + rc; r += rb_max) {
           const int rb = static_cast<int>(std::min<int64_t>(rb_max, r0 + rc - r));
           by_rows<rb_max>(rb, [&](auto c) { tile(c, t, r, out); });
           for (int i = 0; i < rb; ++i)
-            for (int64_t j = 0; j < nn; ++j)
-              y[(r + i) * N + n + j] =
-                  Y(static_cast<float>(out[i * nt + j]) * sx[r + i] * static_cast<float>(s[n + j]));
+            for (int64_t j = 0; j < nn; ++j) put(r + i, n + j, out[i * nt + j]);
         }
       }
     });
   }
 }
 
+// tiled_rows' put for integer sums scaled by their row's and their output's scales: y[r, n] = float(v) sx[r] s[n]
+template <typename S, typename Y>
+static inline auto put_scaled(const float* sx, const S* s, int64_t N, Y* y) {
+  return [=](int64_t r, int64_t n, int32_t v) {
+    y[r * N + n] = Y(static_cast<float>(v) * sx[r] * static_cast<float>(s[n]));
+  };
+}

@@ -171,9 +171,9 @@ void mm(const float* x, int64_t R, int64_t K, const uint8_t* qp, const S* s, int
       init[r * ng + g] = -8 * sum;
     }
   }
-  tiled_rows<NT, RB>(R, N, sx.data(), s, y, [&](auto c, int64_t t, int64_t r, int32_t* out) {
+  tiled_rows<NT, RB, int32_t>(R, N, [&](auto c, int64_t t, int64_t r, int32_t* out) {
     tile<decltype(c)::value>(xq.data() + r * Kp, init.data() + r * ng, Kp, ng, qp + t * tb, out);
-  });
+  }, put_scaled(sx.data(), s, N, y));
 }
 
 }  // namespace

@@ -187,9 +187,9 @@ void mm(const float* x, int64_t R, int64_t K, const int8_t* qp, int64_t Kp, cons
   std::vector<float> sx(R);
   std::vector<int32_t> xsum(R);
   for (int64_t r = 0; r < R; ++r) quantize_row(x + r * K, K, Kp, xq.data() + r * Kp, &sx[r], &xsum[r]);
-  tiled_rows<NT, RB>(R, N, sx.data(), s, y, [&](auto c, int64_t t, int64_t r, int32_t* out) {
+  tiled_rows<NT, RB, int32_t>(R, N, [&](auto c, int64_t t, int64_t r, int32_t* out) {
     tile<decltype(c)::value>(xq.data() + r * Kp, xsum.data() + r, qp + t * NT * Kp, Kp, out);
-  });
+  }, put_scaled(sx.data(), s, N, y));
 }
 
 }  // namespace

@@ -56,7 +56,7 @@ static inline void by_rows(int rb, Tile tile) {
 // (prefetcht0), which covers the start of a short run, and 64 KB ahead into L2 (prefetcht2), far enough for a pass
 // of many rows, whose dot products read the weights slowly, to keep the memory busy while it computes. A 9-row
 // W8A8 pass of Qwen2.5-Coder-1.5B on an AMD EPYC (2 threads): 71-74 ms with 4 KB into L1 alone, 52-60 with 64 KB
-// into L2; a one-row step the same or faster (kernels/int8_mm.h: 76-92 -> 43-51 ms).
+// into L2; a one-row step the same or faster (kernels/int8_mm.h: 76-96 -> 42-58 ms).
 template <int bytes>
 static inline void prefetch_ahead(const void* p) {
   const char* c = static_cast<const char*>(p);

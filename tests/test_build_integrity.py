@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -30,7 +31,17 @@ def _opts(tmp_path: Path) -> BuildOptions:
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    """Every file's bytes; a lock's without its "created" time (a rebuild in a later second is the same build)."""
+    tree = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            data = p.read_bytes()
+            if p.name == LOCK_NAME:
+                lock = json.loads(data)
+                lock.pop("created")
+                data = json.dumps(lock, sort_keys=True).encode()
+            tree[p.relative_to(root).as_posix()] = data
+    return tree
 
 
 def _dead_pid() -> int:

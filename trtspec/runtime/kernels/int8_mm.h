@@ -89,11 +89,10 @@ inline float hsum(vec v) {
   return s;
 }
 
-// bytes ahead in each weight row (the hardware prefetcher stops at 4 KB pages), into L2 (prefetcht2).
-// Qwen2.5-Coder-1.5B on an AMD EPYC, 2 threads: a one-row step 76-96 ms at 8 KB into L1 (once the best of 0.5-16 KB
-// into L1), 42-58 ms at 64 KB into L2; passes of 5 and 9 rows, bound by their float multiply-adds, the same within
-// noise.
-constexpr int64_t PREFETCH = 65536;
+// Each weight row is prefetched PREFETCH_FAR (scaled_rows.h) ahead into L2 (prefetcht2) alone: the hardware
+// prefetcher stops at 4 KB pages. Qwen2.5-Coder-1.5B on an AMD EPYC, 2 threads: a one-row step 76-96 ms at 8 KB into
+// L1 (once the best of 0.5-16 KB into L1), 42-58 ms at 64 KB into L2; passes of 5 and 9 rows, bound by their float
+// multiply-adds, the same within noise.
 
 // out[r * nt + j] = sum_k x[r, k] q[j, k] for rb rows of x (stride K) and nt weight rows (stride K)
 template <int rb, int nt>
@@ -108,7 +107,7 @@ inline void tile(const float* x, const int8_t* q, int64_t K, float* out) {
     vec w[nt];
 #pragma GCC unroll 8
     for (int j = 0; j < nt; ++j) {
-      __builtin_prefetch(q + j * K + k + PREFETCH, 0, 1);
+      __builtin_prefetch(q + j * K + k + PREFETCH_FAR, 0, 1);
       w[j] = load_w(q + j * K + k);
     }
 #pragma GCC unroll 8

@@ -57,12 +57,13 @@ static inline void by_rows(int rb, Tile tile) {
 // of many rows, whose dot products read the weights slowly, to keep the memory busy while it computes. A 9-row
 // W8A8 pass of Qwen2.5-Coder-1.5B on an AMD EPYC (2 threads): 71-74 ms with 4 KB into L1 alone, 52-60 with 64 KB
 // into L2; a one-row step the same or faster (kernels/int8_mm.h: 76-96 -> 42-58 ms).
+constexpr int64_t PREFETCH_NEAR = 4096, PREFETCH_FAR = 65536;
 template <int bytes>
 static inline void prefetch_ahead(const void* p) {
   const char* c = static_cast<const char*>(p);
   for (int line = 0; line < bytes; line += 64) {
-    __builtin_prefetch(c + 4096 + line, 0, 3);
-    __builtin_prefetch(c + 65536 + line, 0, 1);
+    __builtin_prefetch(c + PREFETCH_NEAR + line, 0, 3);
+    __builtin_prefetch(c + PREFETCH_FAR + line, 0, 1);
   }
 }
 

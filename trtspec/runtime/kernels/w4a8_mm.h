@@ -72,11 +72,8 @@ inline void unpack(const uint8_t* p, int half, ivec* lo, ivec* hi) {
   *lo = _mm256_and_si256(v, mask);
   *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
 }
-inline ivec dot(ivec acc, ivec w, const int8_t* x4) {
-  int32_t x;
-  __builtin_memcpy(&x, x4, 4);
-  const __m256i pairs = _mm256_maddubs_epi16(w, _mm256_set1_epi32(x));  // (q + 8) * xq, adjacent pairs summed
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+inline ivec dot(ivec acc, ivec w, const int8_t* x4) {  // (q + 8) * xq, adjacent pairs summed
+  return trtspec_w8a8::add_pairs(acc, _mm256_maddubs_epi16(w, trtspec_w8a8::load_x(x4)));
 }
 inline ivec load_m(const uint8_t* p, int half) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * half)));

@@ -58,9 +58,9 @@ inline void quantize_row(const float* x, int64_t K, int64_t Kp, int8_t* xq, floa
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-// rows per block: up to 10, one chain of dot products a row; blocks of fewer than CHAIN_ROWS rows keep two (a dot
+// rows per block: up to 10, one chain of dot products a row; blocks of up to TWO_CHAINS rows keep two (a dot
 // product's latency is a few cycles). One block of 9 rows (a verify pass of K = 8) reads each weight vector once.
-constexpr int RB = 10, MAX_CHAINS = 2, CHAIN_ROWS = 4;
+constexpr int RB = 10, TWO_CHAINS = 3;
 constexpr int HALVES = 1;  // vectors of lanes per tile
 constexpr int32_t OFFSET = 128;  // the weights enter as q + 128 (unsigned bytes)
 using ivec = __m512i;
@@ -87,7 +87,7 @@ inline ivec dot(ivec acc, const wvec& w, xvec x4) { return dpbusd_x4(acc, w.u, x
 #elif defined(__AVX2__)
 // 6 rows x 2 halves of sums in 16 registers (a few spill): 9 rows of Qwen2.5-Coder-1.5B's layer matmuls cost 2.1x one
 // row at 6 against 2.2-2.3x at 3 or 4 (an AMD EPYC, this header built for AVX2)
-constexpr int RB = 6, MAX_CHAINS = 1, CHAIN_ROWS = 0;
+constexpr int RB = 6, TWO_CHAINS = 0;
 constexpr int HALVES = 2;  // two vectors of 8 lanes per tile, both read in one sweep
 constexpr int32_t OFFSET = 0;
 using ivec = __m256i;
@@ -100,21 +100,24 @@ inline wvec load_w(const int8_t* p, int half) {
   const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * half));
   return {_mm256_sign_epi8(q, q), q};
 }
-using xvec = __m256i;
+using xvec = __m256i;  // 4 bytes of a row, in every lane
 inline xvec load_x(const int8_t* x4) {
   int32_t x;
   __builtin_memcpy(&x, x4, 4);
   return _mm256_set1_epi32(x);
 }
-inline ivec dot(ivec acc, const wvec& w, xvec x) {
-  const __m256i xs = _mm256_sign_epi8(x, w.sign);
-  const __m256i pairs = _mm256_maddubs_epi16(w.abs, xs);  // |q| * (x with q's sign), adjacent pairs summed
+// acc + the int16 sums of adjacent pairs of products (vpmaddubsw's), widened and summed in pairs again
+inline ivec add_pairs(ivec acc, __m256i pairs) {
   return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+inline ivec dot(ivec acc, const wvec& w, xvec x) {
+  // |q| * (x with q's sign), adjacent pairs summed
+  return add_pairs(acc, _mm256_maddubs_epi16(w.abs, _mm256_sign_epi8(x, w.sign)));
 }
 inline ivec add(ivec a, ivec b) { return _mm256_add_epi32(a, b); }
 inline void store(int32_t* out, ivec v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), v); }
 #else
-constexpr int RB = 4, MAX_CHAINS = 1, CHAIN_ROWS = 0;
+constexpr int RB = 4, TWO_CHAINS = 0;
 constexpr int HALVES = 1;
 constexpr int32_t OFFSET = 0;
 struct ivec {
@@ -151,7 +154,7 @@ constexpr int LANES = NT / HALVES;
 // tile qt, read once: CHAINS chains of dot products per row and vector of lanes, added at the end
 template <int rb>
 inline void tile(const int8_t* xq, const int32_t* xsum, const int8_t* qt, int64_t Kp, int32_t* out) {
-  constexpr int CHAINS = rb < CHAIN_ROWS ? MAX_CHAINS : 1;
+  constexpr int CHAINS = rb <= TWO_CHAINS ? 2 : 1;
   ivec acc[rb][HALVES][CHAINS];
 #pragma GCC unroll 10
   for (int r = 0; r < rb; ++r)

@@ -25,7 +25,7 @@ into different greedy tokens.
     w8a8  int8's weights, packed in tiles (pack_tiles), times each row of activations rounded to int8 by its own
           scale (dynamic, per token: no calibration), in exact int32 sums (kernels/w8a8_mm.h: AVX-512 VNNI or
           AVX2 integer dot products; tiles of 16 weight rows, W4A8's layout a byte a weight): a verify pass of 5
-          rows costs ~1.1x a decode step and of 9 rows ~1.25x (Qwen2.5-Coder-1.5B on an AMD EPYC;
+          rows costs 1.1-1.4x a decode step and of 9 rows 1.2-1.45x (Qwen2.5-Coder-1.5B on an AMD EPYC;
           docs/measurements.md). Row-exact by construction (an
           integer sum has no order), and the same bits from every instruction set's kernel, torch's int8 GEMM for
           long passes and the torch path (torch._int_mm) where the kernel is not built. Another model again: its

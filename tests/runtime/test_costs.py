@@ -31,7 +31,8 @@ def table(verify: dict[int, float], draft: float) -> CostTable:
 
 
 def brute_force(alpha: float, verify, draft: float, batch: int = 1) -> dict[int, float]:
-    """Per chain K: E[tau](alpha, K) * verify(B) / (verify(B (K + 1)) + K draft), written out."""
+    """Per chain K: E[tau](alpha, K) * verify(B) / (verify(B (K + 1)) + K draft(B)), written out (draft: the
+    seconds of a draft step of B requests together)."""
     return {k: expected_tokens(alpha, k) * verify(batch) / (verify(batch * (k + 1)) + k * draft) for k in range(1, 9)}
 
 
@@ -45,8 +46,27 @@ def test_the_table_interpolates_between_measured_rows_and_grows_in_proportion_pa
     assert CostTable.from_dict(json.loads(json.dumps(t.to_dict()))).verify == t.verify
 
 
+def test_a_draft_step_is_priced_by_the_requests_drafting_together():
+    """Measured batch sizes: linear between them, in proportion past the largest; a drafter with none measured
+    (an older table, or an injected one that does not say) costs one request's step at every batch."""
+    t = CostTable({1: 1.0}, {"draft-model": 0.1, "ngram": 0.01}, "test", {"draft-model": {2: 0.12, 4: 0.2}})
+    assert [t.draft_seconds("draft-model", b) for b in (1, 2, 3, 4, 8)] == pytest.approx([0.1, 0.12, 0.16, 0.2, 0.4])
+    assert t.draft_seconds("ngram", 1) == t.draft_seconds("ngram", 4) == 0.01
+    again = CostTable.from_dict(json.loads(json.dumps(t.to_dict())))
+    assert again.draft_by_batch == {"draft-model": {2: 0.12, 4: 0.2}} and again.draft == t.draft
+    assert "draft_by_batch" not in CostTable({1: 1.0}, {"*": 0.1}).to_dict()  # the older shape, unchanged
+
+
+def test_draft_steps_are_measured_at_doubling_batch_sizes_up_to_the_batch():
+    assert [costs.batch_sizes(b) for b in (1, 2, 4, 6, 16)] == [[], [2], [2, 4], [2, 4, 6], [2, 4, 8, 16]]
+
+
 @pytest.mark.parametrize("data", [{"verify": {"2": 1.0}}, {"verify": {"1": -1.0}}, {"verify": {"x": 1.0, "1": 1}},
-                                  {"verify": {"1": float("nan")}}, {"draft": {}}, [1, 2], {"verify": {"1": 0}}])
+                                  {"verify": {"1": float("nan")}}, {"draft": {}}, [1, 2], {"verify": {"1": 0}},
+                                  {"verify": {"1": 1}, "draft_by_batch": {"ngram": 0.1}},
+                                  {"verify": {"1": 1}, "draft_by_batch": {"ngram": {"two": 0.1}}},
+                                  {"verify": {"1": 1}, "draft_by_batch": {"ngram": {"0": 0.1}}},
+                                  {"verify": {"1": 1}, "draft_by_batch": {"ngram": {"2": -0.1}}}])
 def test_a_bad_table_is_a_spec_error(data):
     with pytest.raises(SpecError):
         CostTable.from_dict(data)
@@ -111,7 +131,7 @@ def test_an_injected_table_is_used_as_is_and_nothing_is_timed(fam, monkeypatch):
     assert eng.costs.source == costs.from_env().source  # the conftest's nominal table
     given_table = table({1: 1.0, 4: 1.5}, 0.3)
     eng = methods.engine(load_spec(write_spec(fam, "draft-model", draft="draft_near")), costs=given_table)
-    assert eng.costs is given_table and eng.prices[0].draft == 0.3
+    assert eng.costs is given_table and eng.prices[0].draft_seconds(1) == eng.prices[0].draft_seconds(4) == 0.3
 
 
 def test_a_measured_table_is_fixed_once_made_and_its_outputs_equal_plain_decoding(fam, monkeypatch, prompts):
@@ -123,6 +143,8 @@ def test_a_measured_table_is_fixed_once_made_and_its_outputs_equal_plain_decodin
         t = eng.costs
         assert t.source == "measured" and list(t.verify) == costs.row_counts(eng.max_rows, 2)
         assert all(s > 0 for s in t.verify.values()) and set(t.draft) == {method}
+        assert list(t.draft_by_batch) == [method] and list(t.draft_by_batch[method]) == [2]  # two requests together
+        assert list(t.catch_up) == [method] and t.catch_up[method] >= 0
         assert eng.num_active == 0 and eng.cache.lengths == [0, 0]  # calibration left nothing behind
         sp = SamplingParams(max_new_tokens=24, temperature=1.0, seed=3, end_id=-1)
         first = eng.generate(prompts[0], sp)
@@ -137,14 +159,16 @@ def test_a_measured_table_is_fixed_once_made_and_its_outputs_equal_plain_decodin
 
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(alpha=st.floats(0.0, 1.0), slope=st.floats(0.0, 1.0), knee=st.integers(1, 9), jump=st.floats(0.0, 2.0),
-       draft=st.floats(0.0, 1.2), batch=st.integers(1, 4))
-def test_k_follows_the_priced_formula_on_synthetic_tables(alpha, slope, knee, jump, draft, batch):
-    """Synthetic verify curves (a slope, and a jump past a knee, as int8 blocks of rows show) and draft costs:
-    the option adaptive K takes is the brute-force argmax, and it drafts only where that pays (> 1)."""
-    t = table({1: 1.0, knee: 1.0 + slope * (knee - 1), knee + 1: 1.0 + slope * knee + jump, 64: 1.0 + slope * 63 + jump}
-              if knee > 1 else {1: 1.0, 2: 1.0 + slope + jump, 64: 1.0 + 63 * slope + jump}, draft)
-    price = Price(t.verify_seconds, draft)
-    gains = brute_force(alpha, t.verify_seconds, draft, batch)
+       draft=st.floats(0.0, 1.2), growth=st.floats(0.0, 1.0), batch=st.integers(1, 4))
+def test_k_follows_the_priced_formula_on_synthetic_tables(alpha, slope, knee, jump, draft, growth, batch):
+    """Synthetic verify curves (a slope, and a jump past a knee, as int8 blocks of rows show) and draft costs
+    that grow with the requests drafting together: the option adaptive K takes is the brute-force argmax, and it
+    drafts only where that pays (> 1)."""
+    verify = ({1: 1.0, knee: 1.0 + slope * (knee - 1), knee + 1: 1.0 + slope * knee + jump, 64: 1.0 + slope * 63 + jump}
+              if knee > 1 else {1: 1.0, 2: 1.0 + slope + jump, 64: 1.0 + 63 * slope + jump})
+    t = CostTable(verify, {"*": draft}, "test", {"*": {4: draft * (1 + 3 * growth)}})
+    price = Price(t.verify_seconds, lambda b: t.draft_seconds("ngram", b))
+    gains = brute_force(alpha, t.verify_seconds, t.draft_seconds("ngram", batch), batch)
     k, gain = best(alpha, CHAIN, price, batch)
     assert gain == pytest.approx(max(gains.values()), rel=1e-9) and gains[k] == pytest.approx(gain, rel=1e-9)
     a = AdaptiveK(CHAIN, AdaptiveConfig(history=1000), price)
@@ -202,6 +226,110 @@ def test_a_batch_is_priced_by_its_total_rows():
     a = AdaptiveK(CHAIN, AdaptiveConfig(), price)
     assert (a.next_k(1), a.next_k(4)) == (7, 1)
     assert t.verify_seconds(8 * 2) * 1.0 > 2 * t.verify_seconds(8) and a.next_k(8) == 0
+
+
+def test_a_draft_step_that_grows_with_the_batch_stops_drafting_under_load():
+    """Verify rows free, a draft step of one request 0.1 of a decode step but of four together 1.2 (a drafter whose
+    multi-row passes are compute-bound): one request drafts, four together do not, whatever their acceptance."""
+    t = CostTable({1: 1.0, 64: 1.0}, {"draft-model": 0.1}, "test", {"draft-model": {4: 1.2}})
+    price = Price(t.verify_seconds, lambda b: t.draft_seconds("draft-model", b))
+    a = AdaptiveK(CHAIN, AdaptiveConfig(history=2), price)
+    for _ in range(4):
+        a.update(8, 8, 8)
+    assert a.alpha == 1.0 and a.next_k(1) == 8 and a.next_k(4) == 0
+    one_row = AdaptiveK(CHAIN, AdaptiveConfig(history=2), Price(t.verify_seconds, t.draft_seconds("draft-model")))
+    assert one_row.next_k(4) == 8  # priced at one request's draft step, as before: it drafts
+
+
+def test_no_probe_or_test_at_a_batch_where_nothing_could_pay():
+    """Four rows free, eight cost 2.5 decode steps, a draft step of four requests half of one: at batch 4 no
+    option pays even with every draft accepted, so a request neither tests a low first estimate nor probes
+    there; its probe waits for a batch where drafting could pay."""
+    t = CostTable({1: 1.0, 4: 1.0, 8: 2.5, 64: 40.0}, {"*": 0.1}, "test", {"*": {4: 0.5}})
+    price = Price(t.verify_seconds, lambda b: t.draft_seconds("ngram", b))
+    testing = AdaptiveK(CHAIN, AdaptiveConfig(history=4), price)
+    testing.update(8, 0, 8)  # a bad first step: alpha 0 on one step of four
+    assert testing.next_k(1) == 1 and testing.next_k(4) == 0  # tests alone, not in a batch of four
+    a = AdaptiveK(CHAIN, AdaptiveConfig(history=2), price)
+    a.update(3, 0, 3)
+    a.update(3, 0, 3)  # two steps: alpha 0, nothing pays: plain decoding for two steps, then a probe
+    assert (a.off, a.next_k(1), a.next_k(1)) == (2, 0, 0) and a.probing
+    assert [a.next_k(4) for _ in range(5)] == [0] * 5 and a.probing  # the probe waits
+    assert a.next_k(1) == a.k_min == 1
+
+
+def chooser(price: Price, alpha: float | None, **kw) -> Request:
+    """A greedy adaptive request with an acceptance estimate of `alpha` (None: none yet) on a full history."""
+    r = Request([1, 2], SamplingParams(max_new_tokens=64, **kw), lambda ev: None, frozenset(), 4, AdaptiveConfig(),
+                CHAIN[:4], price)
+    if alpha is not None:
+        r.adaptive.alpha, r.adaptive.steps = alpha, r.adaptive.history
+    return r
+
+
+def test_a_step_of_mixed_budgets_is_priced_together_and_a_lone_probe_waits():
+    """Rows up to 4 free, a draft step 0.1 of a decode step: four requests drafting 1 each pay (2 tokens each
+    for 4 free rows + 0.1); one request's probe among three plain ones does not (5 tokens for 4 rows padded to 8
+    rows); a seeded sampled request keeps its K whatever the others do."""
+    from trtspec.runtime.adaptive import together
+    from trtspec.runtime.engine import SpecEngine
+
+    price = Price(CostTable({1: 1.0, 4: 1.0, 8: 1.6, 64: 40.0}).verify_seconds, 0.1)
+    reqs = [chooser(price, 0.9) for _ in range(4)]
+    assert together([(r.adaptive, 1) for r in reqs]) == pytest.approx(price.speedup(0.9, 1, 1, 4))
+    assert together([(reqs[0].adaptive, 1)] + [(r.adaptive, 0) for r in reqs[1:]]) < 1.0
+    assert SpecEngine._cap_together(None, reqs, [1, 1, 1, 1]) == [1, 1, 1, 1]
+    assert SpecEngine._cap_together(None, reqs, [1, 0, 0, 0]) == [0, 0, 0, 0] and reqs[0].last_k == 0
+    assert SpecEngine._cap_together(None, reqs, [4, 1, 1, 1]) == [1, 1, 1, 1]  # 4 x 5 rows cost more than it gives
+    seeded = chooser(price, 0.9, temperature=1.0, seed=1)
+    assert SpecEngine._cap_together(None, [seeded] + reqs[1:], [2, 0, 0, 0]) == [2, 0, 0, 0]
+
+
+def test_a_drafter_that_lags_drafts_only_where_catching_up_pays_back():
+    """A catch-up of 0.01 decode steps a token: 100 tokens behind cost one step, which drafting at 2x saves
+    after 2 tokens; 1000 behind, 10 steps, more than drafting the last 5 tokens saves, not more than 64."""
+    import types
+
+    from trtspec.runtime.engine import SpecEngine
+
+    price = Price(CostTable({1: 1.0, 8: 1.0}).verify_seconds, 0.0, catch_up=0.01)
+    assert price.pays_back(100, 5, 2.0) and not price.pays_back(1000, 5, 2.0) and price.pays_back(1000, 64, 2.0)
+    assert not price.pays_back(1, 64, 1.0)  # nothing saved at 1x
+    lags = {0: 1000, 1: 0}
+    fake = types.SimpleNamespace(proposer=types.SimpleNamespace(lag=lambda row, length: lags[row]))
+    near_end, fresh = chooser(price, 0.9), chooser(price, 0.9)
+    near_end.seq += [5] * 58  # 4 tokens of room left
+    assert SpecEngine._paying_back(fake, [near_end, fresh], [3, 3]) == [0, 3] and near_end.last_k == 0
+    lags[0] = 100
+    assert SpecEngine._paying_back(fake, [near_end, fresh], [3, 3]) == [3, 3]
+
+
+def test_a_draft_model_lags_by_what_its_request_decoded_plainly(fam, prompts):
+    eng = engine(fam, "draft-model", draft="draft_near", k=4)
+    prompt = list(prompts[0])
+    req = eng._make(prompt, SamplingParams(max_new_tokens=16, end_id=-1, num_draft_tokens=0), lambda ev: None)
+    eng.prefill([req], 0)
+    assert eng.proposer.lag(0, len(req.seq)) == len(prompt)  # the drafter has seen nothing but will see the pending
+    for _ in range(3):
+        eng.step([req])
+    assert eng.proposer.lag(0, len(req.seq)) == len(prompt) + 3
+    req.fixed_k = 2
+    eng.step([req])
+    assert eng.proposer.lag(0, len(req.seq)) <= 1  # caught up: at most the last accepted draft is unseen
+    eng.free_row(0)
+    eng.reset()
+
+
+def test_the_cost_table_shows_the_draft_step_by_batch():
+    from rich.console import Console
+
+    from trtspec.cli.status import cost_table
+
+    console = Console(record=True, width=120)
+    console.print(cost_table(CostTable({1: 0.01}, {"draft-model": 0.002}, "test",
+                                       {"draft-model": {4: 0.004}}).to_dict(), "costs"))
+    text = console.export_text()
+    assert "draft step, draft-model " in text and "draft step, draft-model, 4 requests" in text and "0.40" in text
 
 
 def test_nodes_drafted_teach_the_rows_per_k():

@@ -107,7 +107,8 @@ def _print(out) -> None:
 
 def cost_table(costs: dict, title: str):
     """A rich table of a cost table's dict (runtime.costs.CostTable.to_dict's shape): verify seconds by rows
-    (and relative to one row), then each drafter's draft step."""
+    (and relative to one row), then each drafter's draft step (for one request, then for B requests together
+    where the table has them)."""
     from rich.table import Table
 
     table = Table(title=title)
@@ -117,8 +118,11 @@ def cost_table(costs: dict, title: str):
     one = verify.get(1) or 1.0
     for rows, seconds in sorted(verify.items()):
         table.add_row(f"verify, {rows} row{'s' if rows > 1 else ''}", f"{seconds * 1e3:.2f}", f"{seconds / one:.2f}")
+    by_batch = costs.get("draft_by_batch") or {}
     for drafter, seconds in sorted(costs.get("draft", {}).items()):
         table.add_row(f"draft step, {drafter}", f"{seconds * 1e3:.2f}", f"{seconds / one:.2f}")
+        for batch, s in sorted((int(b), float(s)) for b, s in (by_batch.get(drafter) or {}).items()):
+            table.add_row(f"draft step, {drafter}, {batch} requests", f"{s * 1e3:.2f}", f"{s / one:.2f}")
     return table
 
 

@@ -60,6 +60,9 @@ class DraftModelProposer(Proposer):
     def move_row(self, src: int, dst: int) -> None:
         self.cache.move_row(src, dst)
 
+    def lag(self, row: int, length: int) -> int:
+        return max(0, length - 1 - self.cache.lengths[row])
+
     def _logits(self, lg: torch.Tensor) -> torch.Tensor:
         """The draft's logits over the target's vocabulary (a larger draft vocab is cut, a smaller one padded)."""
         import torch.nn.functional as F

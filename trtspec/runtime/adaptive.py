@@ -2,14 +2,15 @@
 device (costs.py), and the cap on K by the load (load_cap).
 
 A step that drafts a budget K (chain: K tokens; tree: K nodes) of depth d verifies `rows` rows per request,
-and costs at batch B (every request priced as drafting what this one does: the batch's rows in all)
+and costs at batch B (every request priced as drafting what this one does: the batch's rows in all, and d draft
+steps of B requests together)
 
-    verify(B * rows) + d * draft        against   verify(B)  for a plain decoding step,
+    verify(B * rows) + d * draft(B)     against   verify(B)  for a plain decoding step,
 
 and emits E[tau](alpha, d) = (1 - alpha^(d+1)) / (1 - alpha) tokens per request on average (i.i.d. acceptance
 alpha per token; arXiv 2211.17192, eq. 1). The expected speedup of the option is therefore
 
-    E[tau](alpha, d) * verify(B) / (verify(B * rows) + d * draft),
+    E[tau](alpha, d) * verify(B) / (verify(B * rows) + d * draft(B)),
 
 adaptive K drafts the option that maximises it, and only while that maximum exceeds 1: a drafter whose draft
 step costs as much as a decode step (c = draft / verify(1) = 1) can never pay and never drafts.
@@ -37,19 +38,30 @@ class AdaptiveConfig:
 @dataclasses.dataclass(frozen=True)
 class Price:
     """What one request's drafter costs (see the module docstring): verify(n) seconds of a target pass over n
-    rows in all, the seconds of one of its draft steps, and the rows its draft of budget K adds:
-    fixed_rows + width * K (width: a prior until the request's own drafts teach it)."""
+    rows in all, draft(B) seconds of one draft step of B requests together (a number: the same at every B), the
+    rows its draft of budget K adds: fixed_rows + width * K (width: a prior until the request's own drafts
+    teach it), and what catching up costs per token (`pays_back`)."""
 
     verify: Callable[[float], float]
-    draft: float = 0.0
+    draft: float | Callable[[int], float] = 0.0
     fixed_rows: int = 0
     width: float = 1.0
+    catch_up: float = 0.0  # seconds per token the drafter takes to catch up a request it has not followed
+
+    def draft_seconds(self, batch: int = 1) -> float:
+        return self.draft(batch) if callable(self.draft) else self.draft
 
     def speedup(self, alpha: float, budget: int, depth: int, batch: int = 1, width: float | None = None) -> float:
         """The expected speedup over plain decoding of drafting (budget, depth) at batch `batch`."""
         rows = 1 + self.fixed_rows + (self.width if width is None else width) * budget
-        cost = self.verify(batch * rows) + depth * self.draft
+        cost = self.verify(batch * rows) + depth * self.draft_seconds(batch)
         return expected_tokens(alpha, depth) * self.verify(batch) / cost
+
+    def pays_back(self, lag: int, tokens: int, speedup: float, batch: int = 1) -> bool:
+        """Whether drafting at `speedup` for the `tokens` a request can still generate saves more than its
+        drafter's catch-up of `lag` tokens costs: tokens * verify(B) * (1 - 1/speedup) > lag * catch_up."""
+        saved = tokens * self.verify(batch) * (1.0 - 1.0 / speedup) if speedup > 1.0 else 0.0
+        return lag * self.catch_up < saved
 
 
 def nominal(draft: float = 0.15, row: float = 0.0) -> Price:
@@ -91,7 +103,10 @@ class AdaptiveK:
     batch 1, so one bad first step does not switch a drafter off). When, after `history` steps, no option pays
     at batch 1 (or α̂ is below the optional floor `fallback`), the
     request decodes plainly for `history` steps, twice as long after each probe that failed in a row (up
-    to 16x), then probes once with the smallest option; the probe's acceptance restarts α̂. Deterministic
+    to 16x), then probes once with the smallest option; the probe's acceptance restarts α̂. At a batch where no
+    option would pay even at α = 1 it drafts nothing, neither tests nor probes (a probe waits for a batch where
+    it could turn drafting on): such a probe cost the whole batch its padded rows and a drafter's catch-up, and
+    taught nothing that batch could use (the W4A8 Qwen pair at 4 concurrent requests, docs/qwen.md). Deterministic
     given the acceptance history and the price (the cost table is fixed once measured), so seeded sampling
     stays reproducible.
     """
@@ -125,17 +140,27 @@ class AdaptiveK:
         """Whether the best option's expected speedup exceeds 1 at `batch`."""
         return self.best(batch)[1] > 1.0
 
+    def depth_of(self, budget: int) -> int:
+        """The depth of a draft of `budget` (a budget between options: the largest option's within it)."""
+        return max((d for b, d in self.options if b <= budget), default=min(budget, 1))
+
+    def could_pay(self, batch: int = 1) -> bool:
+        """Whether any option would pay at `batch` with every draft accepted (α = 1)."""
+        return self.k_max > 0 and best(1.0, self.options, self.price, batch, self.width)[1] > 1.0
+
     def next_k(self, batch: int = 1) -> int:
         if self.off > 0:
             self.off -= 1
             self.probing = self.off == 0
+            return 0
+        if not self.could_pay(batch):  # nothing to learn at this batch: no probe, no test (they wait for a smaller one)
             return 0
         if self.probing:
             return self.k_min
         budget, gain = self.best(batch)
         if gain > 1.0:
             return budget
-        if self.alpha is None or self.pays():  # cannot pay even at α = 1, or pays alone but not at this batch
+        if self.alpha is None or self.pays():  # pays alone but not at this batch
             return 0
         # α̂ rests on fewer than `history` steps: keep testing with the best option (`update` decides after)
         return self.best()[0] if self.steps < self.history else 0
@@ -164,6 +189,27 @@ class AdaptiveK:
             self.off = self.history << min(self.failed_probes, 4)
         elif probe:
             self.failed_probes = 0
+
+
+def together(choices: Sequence[tuple[AdaptiveK, int]]) -> float:
+    """The expected speedup over plain decoding of one step in which each of the batch's requests drafts its own
+    budget (choices: a request's AdaptiveK and its budget, 0 for none): every row padded to the longest, every
+    drafter stepping as deep as the deepest draft, each request emitting its own E[tau] (1 without a draft).
+    Every request prices as if the others drafted what it does (Price.speedup); this is what a step of mixed
+    budgets costs: one request's probe among three plain rows pays the padded rows and the batch's draft steps
+    for one request's tokens."""
+    batch = len(choices)
+    tokens, rows, draft = 0.0, 1.0, 0.0
+    for a, k in choices:
+        if k <= 0:
+            tokens += 1.0
+            continue
+        depth = a.depth_of(k)
+        tokens += expected_tokens(1.0 if a.alpha is None else a.alpha, depth)
+        rows = max(rows, 1 + a.price.fixed_rows + a.width * k)
+        draft = max(draft, depth * a.price.draft_seconds(batch))
+    verify = choices[0][0].price.verify
+    return tokens / batch * verify(batch) / (verify(batch * rows) + draft)
 
 
 def load_cap(k_max: int, active: int) -> int:

@@ -2,13 +2,18 @@
 
 Adaptive K (adaptive.py) prices every option with two numbers this module measures:
 
-    verify(n)  seconds of one target pass over n rows in all (the batch's rows, each padded to the longest)
-    draft(d)   seconds of one draft step of drafter d (one level of depth; ngram/suffix: a lookup)
+    verify(n)    seconds of one target pass over n rows in all (the batch's rows, each padded to the longest)
+    draft(d, B)  seconds of one draft step of drafter d for B requests together (one level of depth; ngram/suffix:
+                 a lookup per request; a draft model: one pass of its own over B rows)
 
 `calibrate` measures them when the engine is made, on its own target, cache and proposer: verify at 1, 2, .. up
 to the most rows one request verifies (every ~25 % past 16 rows), then x2, x4 .. up to the batch (a few passes
 each over real K/V of a dummy context, the shapes taken round robin, the least kept), and each drafter's draft
-step through the engine's own step over a dummy request (the least of a few steps). The least, not the median:
+step through the engine's own step over dummy requests (the least of a few steps) at 1, 2, 4 .. up to the batch
+requests. A draft model's step over B rows is not B times one row's, nor one row's: where its multi-row passes
+are compute-bound (a quantized drafter on a CPU) a step of 4 rows cost ~1.6x one of 1 row (docs/qwen.md,
+"Served at the in-process rate"), and priced at one row's, adaptive K drafted at 4 concurrent requests where
+drafting lost. The least, not the median:
 whatever else runs on the machine only adds time, so the fastest round is the one closest to the pass's own
 cost. And calibrations on one machine take turns (`one_at_a_time`): a Triton server loads its models at once,
 and each would time its passes against the others' loading and timing. Measured on the demo family, served
@@ -18,10 +23,15 @@ and the draft step at 0.08, the same engine loaded alone at 1.10 and 0.38, and a
 injected instead, with no timing at all, by SpecEngine(costs=...) or by the environment variable
 TRTSPEC_COST_TABLE naming a JSON file of the shape `CostTable.to_dict` writes:
 
-    {"verify": {"1": 0.012, "2": 0.013, ...}, "draft": {"ngram": 0.0001, "*": 0.002}}
+    {"verify": {"1": 0.012, "2": 0.013, ...}, "draft": {"ngram": 0.0001, "*": 0.002},
+     "draft_by_batch": {"draft-model": {"2": 0.0025, "4": 0.0033}}, "catch_up": {"draft-model": 0.0003}}
 
-("*": the draft cost of any drafter the table does not name). Between measured row counts verify is linear;
-past the largest it grows in proportion to the rows.
+("*": the draft cost of any drafter the table does not name; optional: "draft_by_batch", a draft step of B
+requests together, B >= 2; "catch_up", the seconds per token a drafter takes to catch up a request it has not
+followed, such as a draft model's cache after steps that drafted nothing). Between measured row counts verify is
+linear; past the largest it grows in proportion to the rows. A draft step is linear between measured batch sizes
+and grows in proportion past the largest; a drafter with no batch sizes measured costs its one request's draft
+step at every batch.
 """
 
 from __future__ import annotations
@@ -62,55 +72,87 @@ class CostTable:
     verify: Mapping[int, float]
     draft: Mapping[str, float] = dataclasses.field(default_factory=dict)
     source: str = "measured"
+    draft_by_batch: Mapping[str, Mapping[int, float]] = dataclasses.field(default_factory=dict)
+    catch_up: Mapping[str, float] = dataclasses.field(default_factory=dict)  # seconds per token, by drafter
 
     def __post_init__(self) -> None:
         if 1 not in self.verify:
             raise SpecError("a cost table needs verify[1], the cost of a one-row decode step",
                             hint='e.g. {"verify": {"1": 0.01, "5": 0.012}, "draft": {"*": 0.001}}')
-        values = list(self.verify.values()) + list(self.draft.values())
-        if any(not isinstance(k, int) or k < 1 for k in self.verify) or not all(
+        by_batch = [by for by in self.draft_by_batch.values()]
+        values = [*self.verify.values(), *self.draft.values(), *(v for by in by_batch for v in by.values()),
+                  *self.catch_up.values()]
+        if any(not isinstance(k, int) or k < 1 for k in [*self.verify, *(b for by in by_batch for b in by)]) or not all(
                 isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in values):
-            raise SpecError("a cost table's rows must be integers >= 1 and its costs finite seconds >= 0")
+            raise SpecError("a cost table's rows and batch sizes must be integers >= 1 and its costs finite "
+                            "seconds >= 0")
         if self.verify[1] <= 0:
             raise SpecError("a cost table's verify[1] must be > 0 seconds")
         object.__setattr__(self, "verify", dict(sorted(self.verify.items())))
         object.__setattr__(self, "draft", dict(self.draft))
+        object.__setattr__(self, "draft_by_batch",
+                           {d: dict(sorted(by.items())) for d, by in self.draft_by_batch.items()})
+        object.__setattr__(self, "catch_up", dict(self.catch_up))
 
     def verify_seconds(self, rows: int) -> float:
         """One pass over `rows` rows: measured, linear between measured row counts, proportional past them."""
-        xs = list(self.verify)
-        if rows in self.verify:
-            return self.verify[rows]
-        if rows > xs[-1]:
-            return self.verify[xs[-1]] * rows / xs[-1]
-        i = bisect.bisect_left(xs, rows)
-        lo, hi = xs[i - 1], xs[i]
-        return self.verify[lo] + (self.verify[hi] - self.verify[lo]) * (rows - lo) / (hi - lo)
+        return _interpolate(self.verify, rows)
 
-    def draft_seconds(self, drafter: str) -> float:
-        """One draft step of `drafter` (the table's "*" entry, else 0, for a drafter it does not name)."""
-        return self.draft.get(drafter, self.draft.get("*", 0.0))
+    def draft_seconds(self, drafter: str, batch: int = 1) -> float:
+        """One draft step of `drafter` for `batch` requests together (the table's "*" entries, else 0, for a
+        drafter it does not name): measured, linear between measured batch sizes, proportional past them; a
+        drafter with no batch sizes measured costs one request's step at every batch."""
+        one = self.draft.get(drafter, self.draft.get("*", 0.0))
+        by = self.draft_by_batch.get(drafter, self.draft_by_batch.get("*"))
+        return one if batch <= 1 or not by else _interpolate({1: one, **by}, batch)
+
+    def catch_up_seconds(self, drafter: str) -> float:
+        """Seconds per token `drafter` takes to catch up a request it has not followed (0: it never lags)."""
+        return self.catch_up.get(drafter, self.catch_up.get("*", 0.0))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verify": {str(k): v for k, v in self.verify.items()}, "draft": dict(self.draft),
-                "source": self.source}
+        out = {"verify": {str(k): v for k, v in self.verify.items()}, "draft": dict(self.draft),
+               "source": self.source}
+        if self.draft_by_batch:
+            out["draft_by_batch"] = {d: {str(b): s for b, s in by.items()} for d, by in self.draft_by_batch.items()}
+        if self.catch_up:
+            out["catch_up"] = dict(self.catch_up)
+        return out
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "injected") -> CostTable:
+        by_batch = data.get("draft_by_batch", {}) if isinstance(data, dict) else None
         if not isinstance(data, dict) or not isinstance(data.get("verify"), dict) or not isinstance(
-                data.get("draft", {}), dict):
-            raise SpecError("a cost table is a JSON object with a \"verify\" object (rows -> seconds) and an "
-                            "optional \"draft\" object (drafter -> seconds)")
+                data.get("draft", {}), dict) or not isinstance(by_batch, dict) or not all(
+                isinstance(by, dict) for by in by_batch.values()) or not isinstance(data.get("catch_up", {}), dict):
+            raise SpecError("a cost table is a JSON object with a \"verify\" object (rows -> seconds) and "
+                            "optional objects \"draft\" (drafter -> seconds), \"draft_by_batch\" (drafter -> "
+                            "{batch size -> seconds}) and \"catch_up\" (drafter -> seconds per token)")
         try:
             verify = {int(k): v for k, v in data["verify"].items()}
+            by = {str(d): {int(b): v for b, v in per.items()} for d, per in by_batch.items()}
         except ValueError:
-            raise SpecError("a cost table's verify keys must be row counts (integers)") from None
-        return cls(verify, {str(k): v for k, v in data.get("draft", {}).items()}, source)
+            raise SpecError("a cost table's verify keys must be row counts and its draft_by_batch keys batch "
+                            "sizes (integers)") from None
+        return cls(verify, {str(k): v for k, v in data.get("draft", {}).items()}, source, by,
+                   {str(k): v for k, v in data.get("catch_up", {}).items()})
 
     def rows(self) -> list[tuple[int, float, float]]:
         """(rows, seconds, relative to one row) per measured row count, for display."""
         one = self.verify[1]
         return [(n, s, s / one) for n, s in self.verify.items()]
+
+
+def _interpolate(points: Mapping[int, float], x: int) -> float:
+    """points (sorted keys, including 1) at x: measured, linear between, in proportion to x past the largest."""
+    xs = list(points)
+    if x in points:
+        return points[x]
+    if x > xs[-1]:
+        return points[xs[-1]] * x / xs[-1]
+    i = bisect.bisect_left(xs, x)
+    lo, hi = xs[i - 1], xs[i]
+    return points[lo] + (points[hi] - points[lo]) * (x - lo) / (hi - lo)
 
 
 def from_env() -> CostTable | None:
@@ -147,6 +189,15 @@ def row_counts(max_rows: int, max_batch: int) -> list[int]:
     return counts
 
 
+def batch_sizes(max_batch: int) -> list[int]:
+    """The batch sizes past 1 a drafter's step is measured at: 2, 4 .. up to max_batch (and max_batch)."""
+    sizes, b = [], 2
+    while b < max_batch:
+        sizes.append(b)
+        b *= 2
+    return sizes + [max_batch] if max_batch > 1 else []
+
+
 def shape(rows: int, max_rows: int) -> tuple[int, int]:
     """The [batch, T] of the calibration pass over `rows` rows: one request up to max_rows, then requests of
     max_rows each."""
@@ -179,7 +230,10 @@ def calibrate(engine, drafters: Sequence[str], repeats: int = REPEATS, draft_ste
         verify = measure({n: _pass(engine, *shape(n, max_rows), context) for n in counts}, repeats)
         engine.reset()
         draft = {name: _draft_step(engine, name, context, draft_steps) for name in drafters}
-    return CostTable(verify, draft, "measured")
+        by_batch = {name: {b: _draft_step(engine, name, context, draft_steps, b)
+                           for b in batch_sizes(engine.max_batch_size)} for name in drafters}
+        catch_up = {name: _catch_up(engine, name, context, draft[name]) for name in drafters}
+    return CostTable(verify, draft, "measured", {d: by for d, by in by_batch.items() if by}, catch_up)
 
 
 def turn_file() -> Path:
@@ -255,24 +309,40 @@ def _pass(engine, batch: int, rows: int, context: int) -> Callable[[], None]:
     return run
 
 
-def _draft_step(engine, drafter: str, context: int, steps: int) -> float:
-    """Seconds of one draft step of `drafter`: the least over `steps` engine steps at its largest K (after
-    one untimed step) of a dummy request in row 0, of the step's drafting time per level of depth."""
+def _draft_step(engine, drafter: str, context: int, steps: int, batch: int = 1) -> float:
+    """Seconds of one draft step of `drafter` for `batch` requests together: the least over `steps` engine steps
+    at its largest K (after one untimed step) of `batch` dummy requests in rows 0.., of the step's drafting time
+    per level of depth."""
+    seen = _dummy_steps(engine, drafter, context, steps, batch)
+    return min([s.draft_seconds / max(1, *s.depths) for s in seen[1:]] or [0.0])
+
+
+def _catch_up(engine, drafter: str, context: int, draft: float) -> float:
+    """Seconds per token `drafter` takes to catch up a request it has not followed: a new dummy request's first
+    step (its drafter takes in the whole prompt first) less that step's draft steps, per prompt token (the least
+    of two, the drafter already warm)."""
+    firsts = [_dummy_steps(engine, drafter, context, 0)[0] for _ in range(2)]
+    return min(max(0.0, s.draft_seconds - max(1, *s.depths) * draft) for s in firsts) / max(1, context - 1)
+
+
+def _dummy_steps(engine, drafter: str, context: int, steps: int, batch: int = 1) -> list:
+    """The SpecDecodingStats of 1 + `steps` engine steps of `batch` dummy requests of `drafter` at its largest K
+    (prompts of `context` dummy tokens, in rows 0..); the engine is left empty."""
     from trtspec.runtime.sampling import SamplingParams
 
     prompt = dummy_tokens(context, engine.target.cfg.vocab_size)
     k = engine.plans[engine.drafter_names.index(drafter) if engine.routed else 0].k_max
     params = SamplingParams(max_new_tokens=engine.max_output_len, end_id=-1, num_draft_tokens=k)
-    req = engine._make(prompt, params, lambda ev: None, drafter if engine.routed else None)
+    reqs = [engine._make(prompt, params, lambda ev: None, drafter if engine.routed else None) for _ in range(batch)]
     seen: list = []  # the steps' SpecDecodingStats
     observers, engine.on_step = engine.on_step, [seen.append]
     try:
-        ended = engine.prefill([req], 0)
+        ended = engine.prefill(reqs, 0)
         while not ended and len(seen) <= steps:
-            ended = engine.step([req])
+            ended = engine.step(reqs)
     finally:
         engine.on_step = observers
-        engine.free_row(0)
+        for row in range(batch):
+            engine.free_row(row)
         engine.reset()
-    per_step = [s.draft_seconds / max(1, s.depths[0]) for s in seen[1:]] or [0.0]
-    return min(per_step)
+    return seen

@@ -18,6 +18,7 @@ the speculative step, one screen each (`step` below), which follow speculative s
 """
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -29,7 +30,7 @@ import torch
 from trtspec.artifacts.tokenizer import load_tokenizer
 from trtspec.errors import GenerationError
 from trtspec.runtime import costs as cost_table
-from trtspec.runtime.adaptive import AdaptiveConfig, Price, load_cap
+from trtspec.runtime.adaptive import AdaptiveConfig, Price, load_cap, together
 from trtspec.runtime.cache import chain_inputs, draft_inputs
 from trtspec.runtime.costs import CostTable
 from trtspec.runtime.llama import Llama
@@ -85,7 +86,8 @@ class SpecEngine:
         drafters = (self.drafter_names or [self.method]) if self.k_max > 0 else []
         self.prices = [Price(lambda n: 1.0)] * len(self.plans)  # (calibration's requests run at a fixed K)
         self.costs = costs or cost_table.from_env() or cost_table.calibrate(self, drafters)
-        self.prices = [Price(self.costs.verify_seconds, self.costs.draft_seconds(d), p.fixed_rows, p.width)
+        self.prices = [Price(self.costs.verify_seconds, functools.partial(self.costs.draft_seconds, d), p.fixed_rows,
+                             p.width, self.costs.catch_up_seconds(d))
                        for d, p in zip(drafters or [self.method], self.plans)]
 
     @classmethod
@@ -270,8 +272,10 @@ class SpecEngine:
         plans = [self.plans[r.drafter] for r in reqs]
         params = [r.params for r in reqs]
         draws = [r.uniforms for r in reqs]
-        # 1. K per request
+        # 1. K per request, then priced together (one padded pass verifies them all)
         ks = [r.choose_k(self.load_cap(len(reqs), p.k_max), p.k_is_depth, len(reqs)) for r, p in zip(reqs, plans)]
+        if any(ks):
+            ks = self._cap_together(reqs, self._paying_back(reqs, ks))
         # 2. propose (a tree's K counted nodes: drop what is deeper than its request can keep)
         t0 = time.perf_counter()
         drafts = self.proposer.propose(ProposalBatch([r.seq for r in reqs], params, ks, draws))
@@ -302,6 +306,38 @@ class SpecEngine:
         self._observe(reqs, drafts, depths, paths, kept, draft_s, verify_s)
         return [r for r, d, path, out in zip(list(reqs), drafts, paths, kept)
                 if r.send(out, len(d.tokens), len(path), draft_s, verify_s)]
+
+    def _paying_back(self, reqs: list[Request], ks: list[int]) -> list[int]:
+        """No draft for an adaptive request whose drafter lags it by more tokens than drafting its remaining
+        tokens would pay back (Price.pays_back): a draft model's cache falls behind while its request decodes
+        plainly, and catching up a long backlog for a request about to end cost a batch of four ~15 decode steps
+        (the W4A8 Qwen pair, docs/qwen.md). Seeded sampled and fixed-K requests keep theirs."""
+        out = []
+        for b, (r, k) in enumerate(zip(reqs, ks)):
+            a = r.adaptive
+            if k and r.use_adaptive and r.load_capped and a.price.catch_up:
+                lag = self.proposer.lag(b, len(r.seq))
+                gain = a.price.speedup(1.0 if a.alpha is None else a.alpha, k, a.depth_of(k), len(reqs), a.width)
+                if lag and not a.price.pays_back(lag, r.room + 1, gain, len(reqs)):
+                    k = r.last_k = 0
+            out.append(k)
+        return out
+
+    def _cap_together(self, reqs: list[Request], ks: list[int]) -> list[int]:
+        """The budgets of a step of several requests, priced together (adaptive.together): each request chose its
+        own K as if the others drafted alike; a step of mixed budgets pads every row to the longest draft, so the
+        adaptive requests' budgets are capped at the cap with the best priced step (0: no drafts, when none
+        pays). Seeded sampled and fixed-K requests keep theirs (their K never follows the batch)."""
+        free = [r.use_adaptive and r.load_capped for r in reqs]
+        caps = sorted({0, *(k for k, f in zip(ks, free) if f)}, reverse=True)
+        if len(reqs) == 1 or caps == [0]:
+            return ks
+        choose = [[min(k, c) if f else k for k, f in zip(ks, free)] for c in caps]
+        gains = [together([(r.adaptive, k) for r, k in zip(reqs, option)]) for option in choose]
+        best = choose[max(range(len(caps)), key=lambda i: (gains[i], i))]  # ties: the smaller cap
+        for r, k in zip(reqs, best):
+            r.last_k = k  # what it learns from (0: nothing; a probe that was cut waits for the next step)
+        return best
 
     def _verify_inputs(self, reqs: list[Request], drafts: list, lengths: list[int]):
         """The verify pass's tokens [B, T] (row b: the pending token, its draft nodes, its branch inputs, then

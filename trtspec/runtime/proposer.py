@@ -199,6 +199,12 @@ class Proposer:
     def release(self, row: int) -> None:
         """The request in `row` ended (before its row is refilled or another row moves into it)."""
 
+    def lag(self, row: int, length: int) -> int:
+        """Tokens of row's sequence (`length` long, its pending token included) that this proposer's state has
+        not seen and must take in before it drafts, besides the pending token (a draft model's cache falls
+        behind while its request decodes plainly)."""
+        return 0
+
 
 class HeadProposer(Proposer):
     """A proposer whose weights (a heads dir) ride on the target and whose candidates are top-i tokens (Medusa,

@@ -153,6 +153,10 @@ class RoutedProposer(Proposer):
         rows = self.rows[d]
         rows[rows.index(src)] = dst
 
+    def lag(self, row: int, length: int) -> int:
+        d = self.route.get(row)
+        return 0 if d is None else self.subs[d].lag(self.rows[d].index(row), length)
+
     def _sub_batch(self, batch: ProposalBatch, rows: list[int]) -> ProposalBatch:
         return ProposalBatch([batch.seqs[g] for g in rows], [batch.params[g] for g in rows],
                              [batch.ks[g] for g in rows], [batch.draws[g] for g in rows])

@@ -302,6 +302,11 @@ def test_a_drafter_that_lags_drafts_only_where_catching_up_pays_back():
     assert SpecEngine._paying_back(fake, [near_end, fresh], [3, 3]) == [0, 3] and near_end.last_k == 0
     lags[0] = 100
     assert SpecEngine._paying_back(fake, [near_end, fresh], [3, 3]) == [3, 3]
+    # a probe tests a low acceptance: what it could pay back is priced with every draft accepted
+    costly = Price(CostTable({1: 1.0, 8: 1.0}).verify_seconds, 0.3, catch_up=0.01)
+    probing = chooser(costly, 0.05)
+    assert costly.speedup(0.05, 1, 1) < 1.0 < costly.speedup(1.0, 1, 1)
+    assert SpecEngine._paying_back(fake, [chooser(costly, 0.05), probing], [1, 1]) == [1, 1]
 
 
 def test_a_draft_model_lags_by_what_its_request_decoded_plainly(fam, prompts):

@@ -123,6 +123,7 @@ class AdaptiveK:
         self.acc = self.trials = 0.0
         self.steps, self.off, self.probing = 0, 0, False
         self.failed_probes = 0  # in a row
+        self._could: tuple[tuple[int, float] | None, bool] = (None, False)
 
     def best(self, batch: int = 1) -> tuple[int, float]:
         """(budget, expected speedup) of the best option at `batch` for the acceptance seen so far."""
@@ -146,7 +147,10 @@ class AdaptiveK:
 
     def could_pay(self, batch: int = 1) -> bool:
         """Whether any option would pay at `batch` with every draft accepted (α = 1)."""
-        return self.k_max > 0 and best(1.0, self.options, self.price, batch, self.width)[1] > 1.0
+        key = (batch, self.width)
+        if self._could[0] != key:  # (asked at every step: kept while the batch and the width stay)
+            self._could = key, self.k_max > 0 and best(1.0, self.options, self.price, batch, self.width)[1] > 1.0
+        return self._could[1]
 
     def next_k(self, batch: int = 1) -> int:
         if self.off > 0:

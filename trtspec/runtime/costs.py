@@ -93,6 +93,9 @@ class CostTable:
         object.__setattr__(self, "draft_by_batch",
                            {d: dict(sorted(by.items())) for d, by in self.draft_by_batch.items()})
         object.__setattr__(self, "catch_up", dict(self.catch_up))
+        # what pricing reads at every step of every request, made once: the draft steps' points by drafter
+        object.__setattr__(self, "_draft_points", {d: {1: self.draft_seconds(d), **by}
+                                                   for d, by in self.draft_by_batch.items()})
 
     def verify_seconds(self, rows: int) -> float:
         """One pass over `rows` rows: measured, linear between measured row counts, proportional past them."""
@@ -102,9 +105,8 @@ class CostTable:
         """One draft step of `drafter` for `batch` requests together (the table's "*" entries, else 0, for a
         drafter it does not name): measured, linear between measured batch sizes, proportional past them; a
         drafter with no batch sizes measured costs one request's step at every batch."""
-        one = self.draft.get(drafter, self.draft.get("*", 0.0))
-        by = self.draft_by_batch.get(drafter, self.draft_by_batch.get("*"))
-        return one if batch <= 1 or not by else _interpolate({1: one, **by}, batch)
+        points = self._draft_points.get(drafter, self._draft_points.get("*")) if batch > 1 else None
+        return self.draft.get(drafter, self.draft.get("*", 0.0)) if points is None else _interpolate(points, batch)
 
     def catch_up_seconds(self, drafter: str) -> float:
         """Seconds per token `drafter` takes to catch up a request it has not followed (0: it never lags)."""

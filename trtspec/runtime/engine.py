@@ -309,15 +309,16 @@ class SpecEngine:
 
     def _paying_back(self, reqs: list[Request], ks: list[int]) -> list[int]:
         """No draft for an adaptive request whose drafter lags it by more tokens than drafting its remaining
-        tokens would pay back (Price.pays_back): a draft model's cache falls behind while its request decodes
-        plainly, and catching up a long backlog for a request about to end cost a batch of four ~15 decode steps
-        (the W4A8 Qwen pair, docs/qwen.md). Seeded sampled and fixed-K requests keep theirs."""
+        tokens could pay back, every draft accepted (Price.pays_back at α = 1: a probe tests a low acceptance
+        and must not be priced by it): a draft model's cache falls behind while its request decodes plainly, and
+        catching up a long backlog for a request about to end cost a batch of four ~15 decode steps (the W4A8
+        Qwen pair, docs/qwen.md). Seeded sampled and fixed-K requests keep theirs."""
         out = []
         for b, (r, k) in enumerate(zip(reqs, ks)):
             a = r.adaptive
             if k and r.use_adaptive and r.load_capped and a.price.catch_up:
                 lag = self.proposer.lag(b, len(r.seq))
-                gain = a.price.speedup(1.0 if a.alpha is None else a.alpha, k, a.depth_of(k), len(reqs), a.width)
+                gain = a.price.speedup(1.0, k, a.depth_of(k), len(reqs), a.width)
                 if lag and not a.price.pays_back(lag, r.room + 1, gain, len(reqs)):
                     k = r.last_k = 0
             out.append(k)

@@ -283,6 +283,13 @@ def test_a_step_of_mixed_budgets_is_priced_together_and_a_lone_probe_waits():
     assert SpecEngine._cap_together(None, reqs, [4, 1, 1, 1]) == [1, 1, 1, 1]  # 4 x 5 rows cost more than it gives
     seeded = chooser(price, 0.9, temperature=1.0, seed=1)
     assert SpecEngine._cap_together(None, [seeded] + reqs[1:], [2, 0, 0, 0]) == [2, 0, 0, 0]
+    probe = chooser(price, 0.1)
+    probe.adaptive.probing = True  # priced at alpha = 1 (what it tests), still not worth three padded rows
+    assert SpecEngine._cap_together(None, [probe] + reqs[1:], [1, 0, 0, 0]) == [0, 0, 0, 0] and probe.adaptive.probing
+    testing = [chooser(price, None) for _ in range(3)]
+    for r in testing:
+        r.adaptive.update(1, 0, 1)  # one rejected draft: an estimate of 0 on one step, still being tested
+    assert SpecEngine._cap_together(None, testing, [1, 1, 1]) == [1, 1, 1]
 
 
 def test_a_drafter_that_lags_drafts_only_where_catching_up_pays_back():

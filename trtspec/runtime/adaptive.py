@@ -141,6 +141,12 @@ class AdaptiveK:
         """Whether the best option's expected speedup exceeds 1 at `batch`."""
         return self.best(batch)[1] > 1.0
 
+    @property
+    def exploring_alpha(self) -> float:
+        """The acceptance a step prices this request's draft at: α̂, or 1 while it explores (no estimate yet, a
+        low first estimate still being tested, a probe)."""
+        return 1.0 if self.alpha is None or self.probing or self.steps < self.history else self.alpha
+
     def depth_of(self, budget: int) -> int:
         """The depth of a draft of `budget` (a budget between options: the largest option's within it)."""
         return max((d for b, d in self.options if b <= budget), default=min(budget, 1))
@@ -201,7 +207,8 @@ def together(choices: Sequence[tuple[AdaptiveK, int]]) -> float:
     drafter stepping as deep as the deepest draft, each request emitting its own E[tau] (1 without a draft).
     Every request prices as if the others drafted what it does (Price.speedup); this is what a step of mixed
     budgets costs: one request's probe among three plain rows pays the padded rows and the batch's draft steps
-    for one request's tokens."""
+    for one request's tokens. A request that explores (a probe, a test) counts at α = 1: what it tests is
+    whether its acceptance is higher than its estimate."""
     batch = len(choices)
     tokens, rows, draft = 0.0, 1.0, 0.0
     for a, k in choices:
@@ -209,7 +216,7 @@ def together(choices: Sequence[tuple[AdaptiveK, int]]) -> float:
             tokens += 1.0
             continue
         depth = a.depth_of(k)
-        tokens += expected_tokens(1.0 if a.alpha is None else a.alpha, depth)
+        tokens += expected_tokens(a.exploring_alpha, depth)
         rows = max(rows, 1 + a.price.fixed_rows + a.width * k)
         draft = max(draft, depth * a.price.draft_seconds(batch))
     verify = choices[0][0].price.verify

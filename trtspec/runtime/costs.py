@@ -1,27 +1,26 @@
 """What a speculative step costs on the device an engine serves: measured once, then fixed.
 
-Adaptive K (adaptive.py) prices every option with two numbers this module measures:
+Adaptive K (adaptive.py) prices every option with the numbers this module measures:
 
     verify(n)    seconds of one target pass over n rows in all (the batch's rows, each padded to the longest)
     draft(d, B)  seconds of one draft step of drafter d for B requests together (one level of depth; ngram/suffix:
                  a lookup per request; a draft model: one pass of its own over B rows)
 
-`calibrate` measures them when the engine is made, on its own target, cache and proposer: verify at 1, 2, .. up
-to the most rows one request verifies (every ~25 % past 16 rows), then x2, x4 .. up to the batch (a few passes
-each over real K/V of a dummy context, the shapes taken round robin, the least kept), and each drafter's draft
-step through the engine's own step over dummy requests (the least of a few steps) at 1, 2, 4 .. up to the batch
-requests. A draft model's step over B rows is not B times one row's, nor one row's: where its multi-row passes
-are compute-bound (a quantized drafter on a CPU) a step of 4 rows cost ~1.6x one of 1 row (docs/qwen.md,
-"Served at the in-process rate"), and priced at one row's, adaptive K drafted at 4 concurrent requests where
-drafting lost. The least, not the median:
-whatever else runs on the machine only adds time, so the fastest round is the one closest to the pass's own
-cost. And calibrations on one machine take turns (`one_at_a_time`): a Triton server loads its models at once,
-and each would time its passes against the others' loading and timing. Measured on the demo family, served
-beside three other deployments, with medians and no turns: one table priced a 5-row pass at 1.88 decode steps
-and the draft step at 0.08, the same engine loaded alone at 1.10 and 0.38, and adaptive K drafted accordingly
-(docs/costs.md). The table is fixed after that, so a seeded sampled request keeps a reproducible K. A table is
-injected instead, with no timing at all, by SpecEngine(costs=...) or by the environment variable
-TRTSPEC_COST_TABLE naming a JSON file of the shape `CostTable.to_dict` writes:
+`calibrate` measures them when the engine is made, on its own target, cache and proposer: verify at 1, 2, .. up to
+the most rows one request verifies (every ~25 % past 16 rows), then x2, x4 .. up to the batch (a few passes each
+over real K/V of a dummy context, the shapes taken round robin, the least kept), and each drafter's draft step
+through the engine's own step over dummy requests (the least of a few steps) at 1, 2, 4 .. up to the batch requests:
+a draft model's step over B rows is neither B times one row's nor one row's (the W4A8 Qwen drafter of docs/qwen.md:
+12.0-13.2 ms for 4 rows against 9.5-10.7 for one), and a step prices the batch's drafting at the batch's size. A
+drafter's catch-up, what it costs per token to take in what it missed, is measured too. The least, not the median:
+whatever else runs on the machine only adds time, so the fastest round is the one closest to the pass's own cost.
+And calibrations on one machine take turns (`one_at_a_time`): a Triton server loads its models at once, and each
+would time its passes against the others' loading and timing. Measured on the demo family, served beside three other
+deployments, with medians and no turns: one table priced a 5-row pass at 1.88 decode steps and the draft step at
+0.08, the same engine loaded alone at 1.10 and 0.38, and adaptive K drafted accordingly (docs/costs.md). The table
+is fixed after that, so a seeded sampled request keeps a reproducible K. A table is injected instead, with no timing
+at all, by SpecEngine(costs=...) or by the environment variable TRTSPEC_COST_TABLE naming a JSON file of the shape
+`CostTable.to_dict` writes:
 
     {"verify": {"1": 0.012, "2": 0.013, ...}, "draft": {"ngram": 0.0001, "*": 0.002},
      "draft_by_batch": {"draft-model": {"2": 0.0025, "4": 0.0033}}, "catch_up": {"draft-model": 0.0003}}

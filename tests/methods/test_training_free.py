@@ -218,6 +218,15 @@ def test_ngram_maps_to_the_llmapi_ngram_and_is_refused_by_the_engine():
         spec_from_dict(base | {"runtime": {"kind": "trtllm-engine", "device": "cuda"}})
 
 
+def test_an_ngram_min_matching_longer_than_its_max_is_named():
+    with pytest.raises(SpecError) as err:
+        spec_from_dict({"schema": 1, "model": {"target": "t"}, "gpu": {"type": "cpu"},
+                        "runtime": {"kind": "torch", "device": "cpu"},
+                        "speculative": {"method": "ngram", "ngram": {"max_matching": 2, "min_matching": 3}}})
+    assert any(p.startswith("speculative.ngram.min_matching = 3: the shortest match must not be longer than the "
+                            "longest (2)") for p in err.value.problems)
+
+
 # ------------------------------------------------------------------------------------------ suffix
 
 def test_suffix_tree_counts_and_speculation():

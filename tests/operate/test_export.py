@@ -35,8 +35,9 @@ def test_vllm_speculative_config_per_method(demo, method, model_key):
     if model_key:
         assert config["model"].endswith(f"examples/models/{model_key}")
     else:
-        max_matching = load_spec(DEMO / "ngram.toml").speculative.ngram.max_matching
-        assert config["prompt_lookup_max"] == max_matching and "model" not in config
+        ngram = load_spec(DEMO / "ngram.toml").speculative.ngram
+        assert config["prompt_lookup_max"] == ngram.max_matching and "model" not in config
+        assert config["prompt_lookup_min"] == ngram.min_matching
     assert argv[:3] == ["vllm", "serve", str((DEMO.parent / "models" / "target").resolve())]
     assert argv[argv.index("--host") + 1] == "127.0.0.1"  # loopback unless asked
     assert '--api-key "$VLLM_API_KEY"' in out["command"]  # the key from the environment, never a literal

@@ -162,5 +162,17 @@ def test_ngram_candidates_and_trie():
     assert t.tokens == [1, 2, 3, 4, 5] and t.parents == (-1, 0, 1, 1, -1)
 
 
+def test_ngram_min_matching_leaves_out_shorter_matches():
+    """min_matching = 2 (vLLM's prompt_lookup_min): a sequence whose end matches only one earlier token proposes
+    nothing; a two-token match still proposes."""
+    seq = [1, 2, 3, 9, 4, 5, 3]  # [9, 4, 5, 3]: only [3] occurred before (-> 9 4 5)
+    one, two = NgramProposer(ngram=3, verification_set=2), NgramProposer(ngram=3, verification_set=2, min_ngram=2)
+    for d in (one, two):
+        d.setup(None, 1, 64, 4)
+        d.admit(0, None)
+    assert one.candidates(0, seq, 3) == [[9, 4, 5]] and two.candidates(0, seq, 3) == []
+    assert two.candidates(0, seq + [9], 2) == [[4, 5]]  # [3, 9] occurred: a two-token match
+
+
 def test_tree_from_choices():
     assert tree_from_choices(TREE) == [(-1, 0, 1), (-1, 1, 1), (0, 0, 2), (0, 1, 2), (1, 0, 2), (2, 0, 3)]

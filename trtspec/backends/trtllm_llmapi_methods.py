@@ -7,7 +7,8 @@ API cannot serve it. A method without a row (a plug-in) is refused.
     eagle         decoding_type Eagle3, max_draft_len K, speculative_model <heads dir>, eagle3_layers_to_capture
                   (EAGLE-3 heads only: the PyTorch backend runs EAGLE-3, not EAGLE-1/2); drops speculative.choices
     ngram         decoding_type NGram (prompt lookup): max_matching_ngram_size, is_keep_all, is_use_oldest,
-                  is_public_pool; drops speculative.ngram.candidates (one chain, not a trie)
+                  is_public_pool; drops speculative.ngram.candidates (one chain, not a trie) and
+                  min_matching (no shortest match)
     suffix        decoding_type SA (TensorRT-LLM's suffix automaton, documented from 1.3.0rc27; refused before);
                   cache_requests only switches the global pool; the other [speculative.suffix] knobs are dropped
     none          no speculative_config
@@ -166,7 +167,9 @@ def ngram_config(spec: Spec) -> dict[str, Any]:
 class NgramLlmapi(LlmapiMethod):
     refusal = None
     dropped = {**ADAPTIVE, "speculative.ngram.candidates": "the LLM API's NGram drafter proposes one chain, not a "
-                                                           "trie of candidate continuations"}
+                                                           "trie of candidate continuations",
+               "speculative.ngram.min_matching": "the LLM API's NGram drafter has no shortest match (it matches "
+                                                 "down to one token)"}
 
     def options(self, spec: Spec) -> dict[str, Any]:
         return {"speculative_config": ngram_config(spec)}

@@ -116,7 +116,8 @@ def speculative_config(spec: Spec) -> dict[str, Any] | None:
         config.update(suffix_options(spec))
     else:  # ngram: the longest n-gram matched at the end of the sequence, as the LLM API's drafter
         config["prompt_lookup_max"] = int(llmapi.get("max_matching_ngram_size") or 2)
-        config["prompt_lookup_min"] = 1
+        shortest = s.ngram.min_matching if s.method == "ngram" else 1
+        config["prompt_lookup_min"] = min(shortest, config["prompt_lookup_max"])
     if s.schedule:
         config["num_speculative_tokens_per_batch_size"] = batch_ranges(spec)
     return config

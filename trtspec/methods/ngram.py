@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from trtspec.methods.base import Method
 from trtspec.runtime.proposer import EMPTY, Draft, DraftPlan, ProposalBatch, Proposer, trie
-from trtspec.spec import Spec
+from trtspec.spec import Problem, Spec
 
 if TYPE_CHECKING:
     import torch
@@ -32,8 +32,8 @@ class NgramProposer(Proposer):
 
     name = NAME
 
-    def __init__(self, ngram: int = 3, verification_set: int = 4):
-        self.ngram, self.G = ngram, max(1, verification_set)
+    def __init__(self, ngram: int = 3, verification_set: int = 4, min_ngram: int = 1):
+        self.ngram, self.G, self.min_ngram = ngram, max(1, verification_set), max(1, min_ngram)
 
     def max_nodes(self, k: int) -> int:
         return k * self.G
@@ -58,11 +58,12 @@ class NgramProposer(Proposer):
         self.done[b] = len(seq)
 
     def candidates(self, b: int, seq: list[int], k: int) -> list[list[int]]:
-        """Up to G continuations (at most k tokens each) of the longest n-gram that ends `seq` and occurred
-        before, newest first; row b's index is extended with what `seq` added since the last call."""
+        """Up to G continuations (at most k tokens each) of the longest n-gram (at least min_ngram long) that
+        ends `seq` and occurred before, newest first; row b's index is extended with what `seq` added since the
+        last call."""
         self._update(b, seq)
         end = len(seq) - 1
-        for n in range(min(self.ngram, len(seq)), 0, -1):
+        for n in range(min(self.ngram, len(seq)), self.min_ngram - 1, -1):
             found: list[list[int]] = []
             for j in reversed(self.index[b][n].get(tuple(seq[-n:]), ())):
                 if j == end:
@@ -87,4 +88,12 @@ class Ngram(Method):
 
     def proposer(self, spec: Spec, device: str) -> Proposer:
         ng = spec.speculative.ngram
-        return NgramProposer(ng.max_matching, ng.candidates)
+        return NgramProposer(ng.max_matching, ng.candidates, ng.min_matching)
+
+    def problems(self, spec: Spec) -> list[Problem]:
+        p, ng = super().problems(spec), spec.speculative.ngram
+        if ng.min_matching > ng.max_matching:
+            p.append(Problem("speculative.ngram.min_matching", ng.min_matching,
+                             f"the shortest match must not be longer than the longest ({ng.max_matching})",
+                             "set min_matching <= max_matching"))
+        return p

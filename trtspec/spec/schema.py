@@ -99,6 +99,8 @@ class NgramSection(_Strict):
 
     max_matching: int = Field(3, ge=1, le=16, description="longest n-gram matched at the end of the sequence "
                               "(the LLM API's max_matching_ngram_size)")
+    min_matching: int = Field(1, ge=1, le=16, description="shortest n-gram a match may have (vLLM's "
+                              "prompt_lookup_min; torch): 2 leaves out one-token matches, which mostly propose noise")
     candidates: int = Field(4, ge=1, le=64, description="continuations verified together as a trie (torch)")
 
 

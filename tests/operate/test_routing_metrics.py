@@ -79,11 +79,13 @@ def test_the_cost_table_is_exported_as_gauges_and_read_back_by_status():
     module = _load_model("tensorrt_llm.py")
     module.pb_utils.MetricFamily = _Family
     _Family.made = []
-    table = CostTable({1: 0.01, 2: 0.0125, 5: 0.02}, {"prose": 0.004, "code": 0.0001})
+    table = CostTable({1: 0.01, 2: 0.0125, 5: 0.02}, {"prose": 0.004, "code": 0.0001}, "measured",
+                      {"prose": {2: 0.005, 4: 0.006}})
     metrics = module.Metrics("demo-routed", "routed", 4, ["prose", "code"], table)
     metrics.observe(SpecDecodingStats([4], [4], [3], [4], 0.01, 0.02, [1]))
     text = "\n".join(f.text() for f in _Family.made) + "\n"
     samples = [(s.name, dict(s.labels), float(s.value))
                for f in text_string_to_metric_families(text) for s in f.samples]
     assert spec_metrics(samples)["demo-routed"]["costs"] == {"verify": {1: 0.01, 2: 0.0125, 5: 0.02},
-                                                             "draft": {"prose": 0.004, "code": 0.0001}}
+                                                             "draft": {"prose": 0.004, "code": 0.0001},
+                                                             "draft_by_batch": {"prose": {2: 0.005, 4: 0.006}}}

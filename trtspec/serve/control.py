@@ -173,8 +173,8 @@ def spec_metrics(samples: list[tuple[str, dict[str, str], float]]) -> dict[str, 
     """At a glance, per label `model`: for a generation model's spec_dec_* families (labelled with the
     deployment's name and method) requests, tokens, acceptance, tokens per step and per-position acceptance
     (definitions as trtspec.runtime.stats) and its cost table ("costs": verify seconds by rows, draft seconds
-    by drafter); for Triton's nv_inference_* families (labelled with Triton's model
-    names) inferences, failures and the average queue time."""
+    by drafter, and by drafter and batch size where measured); for Triton's nv_inference_* families (labelled with
+    Triton's model names) inferences, failures and the average queue time."""
     raw: dict[str, dict[str, Any]] = {}
     for name, labels, value in samples:
         if name.startswith("nv_") and name.endswith("_total"):
@@ -190,6 +190,8 @@ def spec_metrics(samples: list[tuple[str, dict[str, str], float]]) -> dict[str, 
             m.setdefault("verify_cost", {})[int(labels["rows"])] = value
         elif name == "spec_dec_draft_cost_seconds" and "drafter" in labels:
             m.setdefault("draft_cost", {})[labels["drafter"]] = value
+        elif name == "spec_dec_draft_batch_cost_seconds" and "drafter" in labels and labels.get("batch", "").isdigit():
+            m.setdefault("draft_batch_cost", {}).setdefault(labels["drafter"], {})[int(labels["batch"])] = value
         elif name == "spec_dec_accepted_tokens_per_position_total" and labels.get("position", "").isdigit():
             m["per_position"][int(labels["position"])] = m["per_position"].get(int(labels["position"]), 0.0) + value
         elif name.startswith(("spec_dec_", "nv_inference_")):
@@ -215,6 +217,9 @@ def spec_metrics(samples: list[tuple[str, dict[str, str], float]]) -> dict[str, 
             row["drafters"] = {name: _drafter_row(d) for name, d in sorted(m["drafters"].items())}
         if m.get("verify_cost"):  # the engine's cost table (runtime/costs.py)
             row["costs"] = {"verify": dict(sorted(m["verify_cost"].items())), "draft": m.get("draft_cost", {})}
+            if m.get("draft_batch_cost"):
+                row["costs"]["draft_by_batch"] = {d: dict(sorted(by.items()))
+                                                  for d, by in m["draft_batch_cost"].items()}
         if "nv_inference_request_success" in m:
             ok = m["nv_inference_request_success"]
             row |= {"inferences": int(ok), "inference_failures": int(m.get("nv_inference_request_failure", 0.0)),

@@ -84,6 +84,8 @@ COST_FAMILIES = (  # the engine's cost table (runtime/costs.py), set once at loa
     ("spec_dec_draft_cost_seconds", "drafter", "Seconds of one draft step of the drafter (measured at load, or "
      "injected)"),
 )
+DRAFT_BATCH_COST = ("spec_dec_draft_batch_cost_seconds", "Seconds of one draft step of this many requests together "
+                    "(label batch; measured at load, or injected)")
 
 
 class Metrics:
@@ -120,6 +122,15 @@ class Metrics:
                 self.families.append(family)
                 for key, seconds in values.items():
                     family.Metric(labels={**labels, label: str(key)}).set(float(seconds))
+            by_batch = getattr(costs, "draft_by_batch", None) or {}
+            if by_batch:
+                family = pb_utils.MetricFamily(name=DRAFT_BATCH_COST[0], description=DRAFT_BATCH_COST[1],
+                                               kind=pb_utils.MetricFamily.GAUGE)
+                self.families.append(family)
+                for drafter, points in by_batch.items():
+                    for batch, seconds in points.items():
+                        family.Metric(labels={**labels, drafter_label: drafter, "batch": str(batch)}).set(
+                            float(seconds))
 
     def observe(self, step):
         """One engine step (called on the engine's thread before the step's responses are sent)."""

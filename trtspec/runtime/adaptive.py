@@ -51,10 +51,13 @@ class Price:
     def draft_seconds(self, batch: int = 1) -> float:
         return self.draft(batch) if callable(self.draft) else self.draft
 
+    def rows(self, budget: int, width: float | None = None) -> float:
+        """Rows one request verifies drafting `budget`: the pending token, fixed_rows and width per unit of K."""
+        return 1 + self.fixed_rows + (self.width if width is None else width) * budget
+
     def speedup(self, alpha: float, budget: int, depth: int, batch: int = 1, width: float | None = None) -> float:
         """The expected speedup over plain decoding of drafting (budget, depth) at batch `batch`."""
-        rows = 1 + self.fixed_rows + (self.width if width is None else width) * budget
-        cost = self.verify(batch * rows) + depth * self.draft_seconds(batch)
+        cost = self.verify(batch * self.rows(budget, width)) + depth * self.draft_seconds(batch)
         return expected_tokens(alpha, depth) * self.verify(batch) / cost
 
     def pays_back(self, lag: int, tokens: int, speedup: float, batch: int = 1) -> bool:
@@ -170,7 +173,7 @@ class AdaptiveK:
         budget, gain = self.best(batch)
         if gain > 1.0:
             return budget
-        if self.alpha is None or self.pays():  # pays alone but not at this batch
+        if self.pays():  # pays alone but not at this batch (no estimate yet: could_pay decided above)
             return 0
         # α̂ rests on fewer than `history` steps: keep testing with the best option (`update` decides after)
         return self.best()[0] if self.steps < self.history else 0
@@ -217,7 +220,7 @@ def together(choices: Sequence[tuple[AdaptiveK, int]]) -> float:
             continue
         depth = a.depth_of(k)
         tokens += expected_tokens(a.exploring_alpha, depth)
-        rows = max(rows, 1 + a.price.fixed_rows + a.width * k)
+        rows = max(rows, a.price.rows(k, a.width))
         draft = max(draft, depth * a.price.draft_seconds(batch))
     verify = choices[0][0].price.verify
     return tokens / batch * verify(batch) / (verify(batch * rows) + draft)

@@ -78,7 +78,7 @@ class CostTable:
         if 1 not in self.verify:
             raise SpecError("a cost table needs verify[1], the cost of a one-row decode step",
                             hint='e.g. {"verify": {"1": 0.01, "5": 0.012}, "draft": {"*": 0.001}}')
-        by_batch = [by for by in self.draft_by_batch.values()]
+        by_batch = list(self.draft_by_batch.values())
         values = [*self.verify.values(), *self.draft.values(), *(v for by in by_batch for v in by.values()),
                   *self.catch_up.values()]
         if any(not isinstance(k, int) or k < 1 for k in [*self.verify, *(b for by in by_batch for b in by)]) or not all(
@@ -181,17 +181,12 @@ def row_counts(max_rows: int, max_batch: int) -> list[int]:
         counts.append(n)
     if max_rows > DENSE_ROWS:
         counts.append(max_rows)
-    m = 2
-    while m < max_batch:
-        counts.append(m * max_rows)
-        m *= 2
-    if max_batch > 1:
-        counts.append(max_batch * max_rows)
-    return counts
+    return counts + [b * max_rows for b in batch_sizes(max_batch)]
 
 
 def batch_sizes(max_batch: int) -> list[int]:
-    """The batch sizes past 1 a drafter's step is measured at: 2, 4 .. up to max_batch (and max_batch)."""
+    """The batch sizes past 1 calibration measures: 2, 4 .. up to max_batch (and max_batch); a drafter's step at
+    each, and verify at each times the most rows one request verifies."""
     sizes, b = [], 2
     while b < max_batch:
         sizes.append(b)
@@ -321,14 +316,17 @@ def _draft_step(engine, drafter: str, context: int, steps: int, batch: int = 1) 
 def _catch_up(engine, drafter: str, context: int, draft: float) -> float:
     """Seconds per token `drafter` takes to catch up a request it has not followed: a new dummy request's first
     step (its drafter takes in the whole prompt first) less that step's draft steps, per prompt token (the least
-    of two, the drafter already warm)."""
-    firsts = [_dummy_steps(engine, drafter, context, 0)[0] for _ in range(2)]
-    return min(max(0.0, s.draft_seconds - max(1, *s.depths) * draft) for s in firsts) / max(1, context - 1)
+    of two, the drafter already warm); 0 without a step where the drafter does not lag a new request (its
+    proposer's `lag`: ngram, heads)."""
+    firsts = [seen[0] for seen in (_dummy_steps(engine, drafter, context, 0, lagging=True) for _ in range(2)) if seen]
+    return min((max(0.0, s.draft_seconds - max(1, *s.depths) * draft) for s in firsts), default=0.0) / max(
+        1, context - 1)
 
 
-def _dummy_steps(engine, drafter: str, context: int, steps: int, batch: int = 1) -> list:
+def _dummy_steps(engine, drafter: str, context: int, steps: int, batch: int = 1, lagging: bool = False) -> list:
     """The SpecDecodingStats of 1 + `steps` engine steps of `batch` dummy requests of `drafter` at its largest K
-    (prompts of `context` dummy tokens, in rows 0..); the engine is left empty."""
+    (prompts of `context` dummy tokens, in rows 0..); none if `lagging` and the proposer does not lag the prefilled
+    request. The engine is left empty."""
     from trtspec.runtime.sampling import SamplingParams
 
     prompt = dummy_tokens(context, engine.target.cfg.vocab_size)
@@ -339,6 +337,8 @@ def _dummy_steps(engine, drafter: str, context: int, steps: int, batch: int = 1)
     observers, engine.on_step = engine.on_step, [seen.append]
     try:
         ended = engine.prefill(reqs, 0)
+        if lagging and not engine.proposer.lag(0, len(reqs[0].seq)):
+            ended = reqs
         while not ended and len(seen) <= steps:
             ended = engine.step(reqs)
     finally:

@@ -316,7 +316,7 @@ class SpecEngine:
         out = []
         for b, (r, k) in enumerate(zip(reqs, ks)):
             a = r.adaptive
-            if k and r.use_adaptive and r.load_capped and a.price.catch_up:
+            if k and r.follows_batch and a.price.catch_up:
                 lag = self.proposer.lag(b, len(r.seq))
                 gain = a.price.speedup(1.0, k, a.depth_of(k), len(reqs), a.width)
                 if lag and not a.price.pays_back(lag, r.room + 1, gain, len(reqs)):
@@ -329,7 +329,7 @@ class SpecEngine:
         own K as if the others drafted alike; a step of mixed budgets pads every row to the longest draft, so the
         adaptive requests' budgets are capped at the cap with the best priced step (0: no drafts, when none
         pays). Seeded sampled and fixed-K requests keep theirs (their K never follows the batch)."""
-        free = [r.use_adaptive and r.load_capped for r in reqs]
+        free = [r.follows_batch for r in reqs]
         caps = sorted({0, *(k for k, f in zip(ks, free) if f)}, reverse=True)
         if len(reqs) == 1 or caps == [0]:
             return ks

@@ -156,6 +156,8 @@ class Request:
         self.adaptive = AdaptiveK(options, adaptive if fixed is None else AdaptiveConfig(enabled=False), price)
         self.use_adaptive = fixed is None and adaptive.enabled
         self.load_capped = fixed is None and (params.greedy or params.seed is None)  # see load_cap
+        # adaptive K priced at the step's batch (the engine may cap it with the batch's other requests)
+        self.follows_batch = self.use_adaptive and self.load_capped
         self.text = None if tokenizer is None else TextStream(tokenizer, params.stop)
         self.stats = RequestStats()
         self.t_submit = time.perf_counter()

@@ -122,7 +122,7 @@ class Metrics:
                 self.families.append(family)
                 for key, seconds in values.items():
                     family.Metric(labels={**labels, label: str(key)}).set(float(seconds))
-            by_batch = getattr(costs, "draft_by_batch", None) or {}
+            by_batch = costs.draft_by_batch
             if by_batch:
                 family = pb_utils.MetricFamily(name=DRAFT_BATCH_COST[0], description=DRAFT_BATCH_COST[1],
                                                kind=pb_utils.MetricFamily.GAUGE)

@@ -217,13 +217,15 @@ def test_verify_rows_equal_decoding_at_a_real_mlp_width(wide, kind):
     test_fused_tree_nodes_and_batch_rows_equal_decoding(wide, kind)
 
 
-@pytest.fixture(scope="module")
-def wide_heads(tmp_path_factory):
-    """Heads of 152 floats: the kernel's attention takes a head's values in blocks of 8 vectors, then of one, then
-    column by column (152 = 128 + 16 + 8 with AVX-512, 2 x 64 + 3 x 8 with AVX2), which the tiny models' heads
-    (16) leave to the last alone."""
-    path = tmp_path_factory.mktemp("wide_heads") / "m"
-    models.save(path, "llama", seed=3, tokenizer=False, head_dim=152)
+@pytest.fixture(scope="module", params=[152, 96, 64])
+def wide_heads(request, tmp_path_factory):
+    """Heads wider than the tiny models' (16 floats, one vector). The kernel's attention takes a head's values in
+    blocks of 8, 4, 2 and one vectors, then column by column (152 = 128 + 16 + 8 with AVX-512, 2 x 64 + 3 x 8 with
+    AVX2; 96 = 64 + 32; 64 = 4 vectors, SmolLM2's heads), and its keys in blocks of 16 slots (8 with AVX2) where
+    the head is whole vectors (96 and 64; 152 takes a dot per slot), in tiles of slots (64 slots for 64 floats:
+    the 96 slots here span two)."""
+    path = tmp_path_factory.mktemp(f"heads{request.param}") / "m"
+    models.save(path, "llama", seed=3, tokenizer=False, head_dim=request.param)
     return path
 
 

@@ -29,6 +29,7 @@
 #include <immintrin.h>
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -90,6 +91,124 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+// The attention scores of a (row, head): p[i] = scale * q . k[seen[i]] for i < n, W slots at a time (W = a vector's
+// floats): a partial-sum vector per slot, then one tree of shuffles and adds turns W of them into a vector of W
+// sums, so the horizontal sum (which `dot` pays per slot, ~40 % of the attention of a 9-row SmolLM2 pass) is paid
+// once a block. A slot's arithmetic depends only on D and on its place in its block (i mod W), never on the rows
+// beside it: a verify row computes the bits of its decode step. The last block repeats slot seen[n - 1] where it
+// runs past n; p must have room for n rounded up to W. Returns false where it does not apply (no vectors, or D not
+// a multiple of W): the caller then takes `dot` per slot.
+#if defined(__AVX512F__)
+// v[0..15] -> one vector, lane j = the sum of v[j]'s 16 lanes
+inline __m512 sum_lanes(const __m512* v) {
+  __m512 c[8], g[4], h[2];
+  for (int i = 0; i < 8; ++i)  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
+    c[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; ++i) {  // per 128-bit lane: [a, b, c, d], each over that lane's 4 floats
+    const __m512d a = _mm512_castps_pd(c[2 * i]), b = _mm512_castps_pd(c[2 * i + 1]);
+    g[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  for (int i = 0; i < 2; ++i)  // 128-bit lanes: [g0 L0+L1, g0 L2+L3, g1 L0+L1, g1 L2+L3]
+    h[i] = _mm512_add_ps(_mm512_shuffle_f32x4(g[2 * i], g[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(g[2 * i], g[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(h[0], h[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(h[0], h[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+inline bool scores(const float* q, const float* k, const int64_t* seen, int64_t n, int64_t D, float scale, float* p) {
+  if (D % 16) return false;
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int64_t i0 = 0; i0 < n; i0 += 16) {
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) {
+      const float* kr = k + seen[std::min(i0 + j, n - 1)] * D;
+      __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(kr));
+      for (int64_t d = 16; d < D; d += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kr + d), a);
+      acc[j] = a;
+    }
+    _mm512_storeu_ps(p + i0, _mm512_mul_ps(sum_lanes(acc), sc));
+  }
+  return true;
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+// v[0..7] -> one vector, lane j = the sum of v[j]'s 8 lanes
+inline __m256 sum_lanes(const __m256* v) {
+  __m256 c[4], g[2];
+  for (int i = 0; i < 4; ++i)
+    c[i] = _mm256_add_ps(_mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 2; ++i) {
+    const __m256d a = _mm256_castps_pd(c[2 * i]), b = _mm256_castps_pd(c[2 * i + 1]);
+    g[i] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(a, b)), _mm256_castpd_ps(_mm256_unpackhi_pd(a, b)));
+  }
+  return _mm256_add_ps(_mm256_permute2f128_ps(g[0], g[1], 0x20), _mm256_permute2f128_ps(g[0], g[1], 0x31));
+}
+
+inline bool scores(const float* q, const float* k, const int64_t* seen, int64_t n, int64_t D, float scale, float* p) {
+  if (D % 8) return false;
+  const __m256 sc = _mm256_set1_ps(scale);
+  for (int64_t i0 = 0; i0 < n; i0 += 8) {
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const float* kr = k + seen[std::min(i0 + j, n - 1)] * D;
+      __m256 a = _mm256_mul_ps(_mm256_loadu_ps(q), _mm256_loadu_ps(kr));
+      for (int64_t d = 8; d < D; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kr + d), a);
+      acc[j] = a;
+    }
+    _mm256_storeu_ps(p + i0, _mm256_mul_ps(sum_lanes(acc), sc));
+  }
+  return true;
+}
+#else
+inline bool scores(const float*, const float*, const int64_t*, int64_t, int64_t, float, float*) { return false; }
+#endif
+constexpr int64_t SCORE_PAD = 16;  // the room `scores` may write past n
+
+// the largest of p[0..n-1] (-inf for none): the same in any order, so in 8 partial maxima (one chain of maxss
+// waited on itself, ~6 % of the attention of a 9-row pass)
+inline float max_of(const float* p, int64_t n) {
+  float acc[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] = acc[j] < p[i + j] ? p[i + j] : acc[j];
+  for (; i < n; ++i) acc[0] = acc[0] < p[i] ? p[i] : acc[0];
+  float mx = acc[0];
+  for (int j = 1; j < 8; ++j) mx = mx < acc[j] ? acc[j] : mx;
+  return mx;
+}
+
+// the slots s < S with mask[s] true, in order, into seen; returns their count. 8 mask bytes at a time: runs of
+// all-true and all-false (a chain's prefix, the slots past it) take one test each (byte by byte, ~6 %).
+inline int64_t seen_slots(const bool* mask, int64_t S, int64_t* seen) {
+  constexpr uint64_t ALL = 0x0101010101010101ull;
+  int64_t n = 0, s = 0;
+  for (; s + 8 <= S; s += 8) {
+    uint64_t w;
+    __builtin_memcpy(&w, mask + s, 8);
+    if (w == ALL) {
+      for (int j = 0; j < 8; ++j) seen[n + j] = s + j;
+      n += 8;
+    } else if (w != 0) {
+      for (int j = 0; j < 8; ++j)
+        if (mask[s + j]) seen[n++] = s + j;
+    }
+  }
+  for (; s < S; ++s)
+    if (mask[s]) seen[n++] = s;
+  return n;
+}
+
+// p[0] + .. + p[n-1] in 8 partial sums, reduced in a fixed order (a single chain waited ~4 cycles a slot)
+inline float total(const float* p, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += p[i + j];
+  for (; i < n; ++i) acc[0] += p[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 // exp(x) of the softmax and of silu: x = n ln 2 + r (n = round(x / ln 2), ln 2 in two parts), exp(r) by Cephes'
 // degree-6 polynomial, 2^n added to the exponent; within 1 ulp of exp over the range it clamps x to (2^n stays a
 // normal float). Plain float arithmetic (fmadd), so a loop of it vectorizes and every element takes the
@@ -114,10 +233,14 @@ inline float exp_f(float x) {
   return p;
 }
 
-// o[d] = sum_i p[i] * v[seen[i] * D + d] for d < D, each a chain of fmadds in slot order: a head's values
-// weighted by its softmax. In blocks of columns held in vector registers across the slots (the compiler's loop
+// o[d] += sum_i p[i] * v[seen[i] * D + d] for d < D, each a chain of fmadds in slot order: a head's values
+// weighted by its softmax (o zeroed first; a chain cut into runs of slots, each continuing from o, is the same
+// chain). In blocks of columns held in vector registers across the slots (the compiler's loop
 // kept o in memory, a store and a load a slot and column vector: ~40 % of the attention's time in a 9-row pass),
-// of 8 vectors, then of one, then column by column: a column's block is set by D alone, the same in every call.
+// of 8 vectors, then of 4, 2 and one, then column by column: a column's block is set by D alone, the same in every
+// call, and every block computes a column alike (a chain of fmadds in slot order), so blocks change time, not bits.
+// Blocks narrower than 8 are for heads of 64 floats on AVX-512 (SmolLM2): one vector a block made each column's
+// chain wait for the last fmadd, ~4 cycles a slot and vector.
 #if defined(__AVX512F__)
 using fvec = __m512;
 #define TRTSPEC_F(op) _mm512_##op
@@ -134,7 +257,7 @@ inline int64_t weighted_blocks(const float* p, const int64_t* seen, int64_t n, c
   for (; d0 + W <= D; d0 += W) {
     fvec acc[NV];
 #pragma GCC unroll 8
-    for (int j = 0; j < NV; ++j) acc[j] = TRTSPEC_F(setzero_ps)();
+    for (int j = 0; j < NV; ++j) acc[j] = TRTSPEC_F(loadu_ps)(o + d0 + j * V);
     for (int64_t i = 0; i < n; ++i) {
       const fvec pi = TRTSPEC_F(set1_ps)(p[i]);
       const float* vr = v + seen[i] * D + d0;
@@ -148,15 +271,17 @@ inline int64_t weighted_blocks(const float* p, const int64_t* seen, int64_t n, c
 }
 #endif
 
-inline void weighted_sum(const float* p, const int64_t* seen, int64_t n, const float* v, int64_t D, float* o) {
+inline void weighted_add(const float* p, const int64_t* seen, int64_t n, const float* v, int64_t D, float* o) {
   int64_t d0 = 0;
 #ifdef TRTSPEC_F
   d0 = weighted_blocks<8>(p, seen, n, v, D, d0, o);
+  d0 = weighted_blocks<4>(p, seen, n, v, D, d0, o);
+  d0 = weighted_blocks<2>(p, seen, n, v, D, d0, o);
   d0 = weighted_blocks<1>(p, seen, n, v, D, d0, o);
 #undef TRTSPEC_F
 #endif
   for (; d0 < D; ++d0) {
-    float acc = 0.0f;
+    float acc = o[d0];
     for (int64_t i = 0; i < n; ++i) acc = fmadd(p[i], v[seen[i] * D + d0], acc);
     o[d0] = acc;
   }
@@ -330,37 +455,71 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
     }
   }
 
-  // attention: each (row, head) on the slots it sees, in slot order; heads of all rows in parallel
+  // attention: each (row, head) on the slots it sees, in slot order. A task is a share of the queries (rows x heads)
+  // that read one kv head of one sequence, and they take its keys, then its values, in tiles of slots that stay in
+  // L1 while each query of the task reads them: one query at a time they came from L2 (a 9-row SmolLM2 pass: ~3 ns a
+  // slot and query for the scores, as much for the values). A query's numbers do not depend on its task: its scores
+  // in `scores`' blocks of its own slot list, its values in one chain of fmadds a column, in slot order.
   Tensor att = at::empty({R, nq}, bf);
   A* ap = att.data_ptr<A>();
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  at::parallel_for(0, R * nh, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<float> p(S), o(D);
-    std::vector<int64_t> seen(S);
+  const int64_t group = n_rep * T;  // the queries of a kv head and a sequence: query j is row j / n_rep, head j % n_rep
+  const int64_t want = 8 * at::get_num_threads();  // tasks enough to share among the threads evenly
+  const int64_t per_group = std::min(group, std::max<int64_t>(1, (want + B * nkv - 1) / (B * nkv)));
+  const int64_t per = (group + per_group - 1) / per_group;  // queries a task
+  const int64_t tile = std::max<int64_t>(SCORE_PAD, 4096 / D / SCORE_PAD * SCORE_PAD);  // slots: 16 KB of floats
+  at::parallel_for(0, B * nkv * per_group, 1, [&](int64_t lo, int64_t hi) {
+    const int64_t P = S + SCORE_PAD;
+    std::vector<float> p(per * P), os(per * D), inv(per);
+    std::vector<int64_t> seen(per * S), count(per);
     for (int64_t task = lo; task < hi; ++task) {
-      const int64_t r = task / nh, hd = task % nh, b = r / T, t = r % T;
-      int64_t n = 0;
-      if (m) {
-        const bool* mr = m + (b * T + t) * S;
-        for (int64_t s = 0; s < S; ++s)
-          if (mr[s]) seen[n++] = s;
-      } else {
-        for (int64_t s = 0; s <= start[b] + t; ++s) seen[n++] = s;
+      const int64_t b = task / (nkv * per_group), kvh = task / per_group % nkv, j0 = task % per_group * per;
+      const int64_t nj = std::min(per, group - j0);
+      const int64_t base = ((row0 + b) * nkv + kvh) * maxS;
+      const float* kb = kcp + base * D;
+      const float* vb = vcp + base * D;
+      int64_t most = 0;
+      for (int64_t j = 0; j < nj; ++j) {  // the slots each query sees
+        const int64_t t = (j0 + j) / n_rep;
+        int64_t* sj = seen.data() + j * S;
+        int64_t n = 0;
+        if (m) {
+          n = seen_slots(m + (b * T + t) * S, S, sj);
+        } else {
+          for (int64_t s = 0; s <= start[b] + t; ++s) sj[n++] = s;
+        }
+        count[j] = n;
+        most = std::max(most, n);
       }
-      const float* qr = q.data() + r * nq + hd * D;
-      const int64_t base = ((row0 + b) * nkv + hd / n_rep) * maxS;
-      float mx = -INFINITY;
-      for (int64_t i = 0; i < n; ++i) {
-        p[i] = dot(qr, kcp + (base + seen[i]) * D, D) * scale;
-        mx = std::max(mx, p[i]);
+      // query j's place in q and in att: its row's, then its head's
+      auto at = [&](int64_t j) { return (b * T + (j0 + j) / n_rep) * nq + (kvh * n_rep + (j0 + j) % n_rep) * D; };
+      for (int64_t i0 = 0; i0 < most; i0 += tile)  // scores
+        for (int64_t j = 0; j < nj; ++j) {
+          const int64_t c = std::min(tile, count[j] - i0);
+          if (c <= 0) continue;
+          const int64_t* sj = seen.data() + j * S + i0;
+          float* pj = p.data() + j * P + i0;
+          const float* qj = q.data() + at(j);
+          if (!scores(qj, kb, sj, c, D, scale, pj))
+            for (int64_t i = 0; i < c; ++i) pj[i] = dot(qj, kb + sj[i] * D, D) * scale;
+        }
+      for (int64_t j = 0; j < nj; ++j) {  // softmax, its sum kept for the end
+        float* pj = p.data() + j * P;
+        const int64_t n = count[j];
+        const float mx = max_of(pj, n);
+        for (int64_t i = 0; i < n; ++i) pj[i] = exp_f(pj[i] - mx);
+        inv[j] = n ? 1.0f / total(pj, n) : 0.0f;
       }
-      for (int64_t i = 0; i < n; ++i) p[i] = exp_f(p[i] - mx);
-      float sum = 0;
-      for (int64_t i = 0; i < n; ++i) sum += p[i];
-      weighted_sum(p.data(), seen.data(), n, vcp + base * D, D, o.data());
-      A* out = ap + r * nq + hd * D;
-      const float inv = n ? 1.0f / sum : 0.0f;
-      for (int64_t d = 0; d < D; ++d) out[d] = A(o[d] * inv);
+      std::fill(os.begin(), os.begin() + nj * D, 0.0f);
+      for (int64_t i0 = 0; i0 < most; i0 += tile)  // values
+        for (int64_t j = 0; j < nj; ++j) {
+          const int64_t c = std::min(tile, count[j] - i0);
+          if (c > 0) weighted_add(p.data() + j * P + i0, seen.data() + j * S + i0, c, vb, D, os.data() + j * D);
+        }
+      for (int64_t j = 0; j < nj; ++j) {
+        A* out = ap + at(j);
+        for (int64_t d = 0; d < D; ++d) out[d] = A(os[j * D + d] * inv[j]);
+      }
     }
   });
   add_into<A>(xp, matmul(att, o_q, o_s), o_b, R, H);

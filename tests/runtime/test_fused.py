@@ -235,6 +235,23 @@ def test_heads_wider_than_the_vector_blocks_compute_what_the_torch_path_computes
     test_fused_verify_rows_equal_decoding_bit_for_bit(wide_heads, kind)
 
 
+@pytest.fixture(params=[2, 3])
+def threads(request):
+    """The tests here run on one thread (conftest); a pass splits its attention and its matmuls among the threads
+    there are, and what a thread takes must not enter a row's numbers (nor leave a share empty or negative)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+@torch.inference_mode()
+def test_rows_stay_exact_whatever_the_threads_share(wide_heads, kind, threads):
+    for rows in (1, 5, 12):
+        test_fused_verify_rows_equal_decoding_bit_for_bit(wide_heads, kind, rows)
+    test_fused_tree_nodes_and_batch_rows_equal_decoding(wide_heads, kind)
+
+
 @pytest.mark.parametrize("drafter", ["bfloat16", "int8", "w8a8", "w4a8"])
 def test_a_draft_model_drafter_runs_through_the_fused_kernel(arch, drafter):
     """The draft-model drafter's layers take the same fused kernel as a target: bf16 weights (what draft_dtype

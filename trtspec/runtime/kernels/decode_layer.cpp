@@ -465,8 +465,9 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int64_t group = n_rep * T;  // the queries of a kv head and a sequence: query j is row j / n_rep, head j % n_rep
   const int64_t want = 8 * at::get_num_threads();  // tasks enough to share among the threads evenly
-  const int64_t per_group = std::min(group, std::max<int64_t>(1, (want + B * nkv - 1) / (B * nkv)));
-  const int64_t per = (group + per_group - 1) / per_group;  // queries a task
+  const int64_t split = std::min(group, std::max<int64_t>(1, (want + B * nkv - 1) / (B * nkv)));
+  const int64_t per = (group + split - 1) / split;         // queries a task
+  const int64_t per_group = (group + per - 1) / per;       // tasks a group: none of them empty
   const int64_t tile = std::max<int64_t>(SCORE_PAD, 4096 / D / SCORE_PAD * SCORE_PAD);  // slots: 16 KB of floats
   at::parallel_for(0, B * nkv * per_group, 1, [&](int64_t lo, int64_t hi) {
     const int64_t P = S + SCORE_PAD;
@@ -474,7 +475,7 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
     std::vector<int64_t> seen(per * S), count(per);
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t b = task / (nkv * per_group), kvh = task / per_group % nkv, j0 = task % per_group * per;
-      const int64_t nj = std::min(per, group - j0);
+      const int64_t nj = std::min(per, group - j0);  // >= 1
       const int64_t base = ((row0 + b) * nkv + kvh) * maxS;
       const float* kb = kcp + base * D;
       const float* vb = vcp + base * D;

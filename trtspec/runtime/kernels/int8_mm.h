@@ -80,13 +80,25 @@ inline void store(float* p, vec v) {
 }
 #endif
 
-// the lanes of an accumulator, summed in lane order: one order for every row (what keeps rows exact)
+// the lanes of an accumulator summed, in one order for every row (what keeps rows exact): a fixed tree of halves
+// where there are vectors (a sum in lane order, through memory, was a chain of 16 dependent adds per output and
+// row: ~half of a 5-row tile of SmolLM2's 576 columns), in lane order in the plain loops
 inline float hsum(vec v) {
-  float t[W];
-  store(t, v);
+#if defined(__AVX512F__)
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));  // (AVX-512 F alone)
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), hi);
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 h = v;
+#endif
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+#else
   float s = 0;
-  for (int i = 0; i < W; ++i) s += t[i];
+  for (int i = 0; i < W; ++i) s += v.v[i];
   return s;
+#endif
 }
 
 // A row's vector of x is loaded once into a register for the nt fmadds of its weight rows: left to itself the

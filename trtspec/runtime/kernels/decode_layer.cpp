@@ -91,6 +91,15 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+// The vector of floats of the attention's loops (attention scores, weighted values), by the CPU's widest.
+#if defined(__AVX512F__)
+using fvec = __m512;
+#define TRTSPEC_F(op) _mm512_##op
+#elif defined(__AVX2__) && defined(__FMA__)
+using fvec = __m256;
+#define TRTSPEC_F(op) _mm256_##op
+#endif
+
 // The attention scores of a (row, head): p[i] = scale * q . k[seen[i]] for i < n, W slots at a time (W = a vector's
 // floats): a partial-sum vector per slot, then one tree of shuffles and adds turns W of them into a vector of W
 // sums, so the horizontal sum (which `dot` pays per slot, ~40 % of the attention of a 9-row SmolLM2 pass) is paid
@@ -114,23 +123,6 @@ inline __m512 sum_lanes(const __m512* v) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(h[0], h[1], _MM_SHUFFLE(2, 0, 2, 0)),
                        _mm512_shuffle_f32x4(h[0], h[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
-
-inline bool scores(const float* q, const float* k, const int64_t* seen, int64_t n, int64_t D, float scale, float* p) {
-  if (D % 16) return false;
-  const __m512 sc = _mm512_set1_ps(scale);
-  for (int64_t i0 = 0; i0 < n; i0 += 16) {
-    __m512 acc[16];
-#pragma GCC unroll 16
-    for (int j = 0; j < 16; ++j) {
-      const float* kr = k + seen[std::min(i0 + j, n - 1)] * D;
-      __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(kr));
-      for (int64_t d = 16; d < D; d += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kr + d), a);
-      acc[j] = a;
-    }
-    _mm512_storeu_ps(p + i0, _mm512_mul_ps(sum_lanes(acc), sc));
-  }
-  return true;
-}
 #elif defined(__AVX2__) && defined(__FMA__)
 // v[0..7] -> one vector, lane j = the sum of v[j]'s 8 lanes
 inline __m256 sum_lanes(const __m256* v) {
@@ -143,20 +135,24 @@ inline __m256 sum_lanes(const __m256* v) {
   }
   return _mm256_add_ps(_mm256_permute2f128_ps(g[0], g[1], 0x20), _mm256_permute2f128_ps(g[0], g[1], 0x31));
 }
+#endif
 
+#ifdef TRTSPEC_F
 inline bool scores(const float* q, const float* k, const int64_t* seen, int64_t n, int64_t D, float scale, float* p) {
-  if (D % 8) return false;
-  const __m256 sc = _mm256_set1_ps(scale);
-  for (int64_t i0 = 0; i0 < n; i0 += 8) {
-    __m256 acc[8];
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) {
-      const float* kr = k + seen[std::min(i0 + j, n - 1)] * D;
-      __m256 a = _mm256_mul_ps(_mm256_loadu_ps(q), _mm256_loadu_ps(kr));
-      for (int64_t d = 8; d < D; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kr + d), a);
+  constexpr int V = sizeof(fvec) / sizeof(float);  // slots a block, floats a vector
+  if (D % V) return false;
+  const fvec sc = TRTSPEC_F(set1_ps)(scale);
+  for (int64_t i0 = 0; i0 < n; i0 += V) {
+    fvec acc[V];
+#pragma GCC unroll 16
+    for (int j = 0; j < V; ++j) {
+      const float* kr = k + seen[std::min<int64_t>(i0 + j, n - 1)] * D;
+      fvec a = TRTSPEC_F(mul_ps)(TRTSPEC_F(loadu_ps)(q), TRTSPEC_F(loadu_ps)(kr));
+      for (int64_t d = V; d < D; d += V)
+        a = TRTSPEC_F(fmadd_ps)(TRTSPEC_F(loadu_ps)(q + d), TRTSPEC_F(loadu_ps)(kr + d), a);
       acc[j] = a;
     }
-    _mm256_storeu_ps(p + i0, _mm256_mul_ps(sum_lanes(acc), sc));
+    TRTSPEC_F(storeu_ps)(p + i0, TRTSPEC_F(mul_ps)(sum_lanes(acc), sc));
   }
   return true;
 }
@@ -241,13 +237,6 @@ inline float exp_f(float x) {
 // call, and every block computes a column alike (a chain of fmadds in slot order), so blocks change time, not bits.
 // Blocks narrower than 8 are for heads of 64 floats on AVX-512 (SmolLM2): one vector a block made each column's
 // chain wait for the last fmadd, ~4 cycles a slot and vector.
-#if defined(__AVX512F__)
-using fvec = __m512;
-#define TRTSPEC_F(op) _mm512_##op
-#elif defined(__AVX2__) && defined(__FMA__)
-using fvec = __m256;
-#define TRTSPEC_F(op) _mm256_##op
-#endif
 
 #ifdef TRTSPEC_F
 template <int NV>  // vectors a block

@@ -159,7 +159,9 @@ inline bool scores(const float* q, const float* k, const int64_t* seen, int64_t 
 #else
 inline bool scores(const float*, const float*, const int64_t*, int64_t, int64_t, float, float*) { return false; }
 #endif
-constexpr int64_t SCORE_PAD = 16;  // the room `scores` may write past n
+// the most slots `scores` takes at a time (16 with AVX-512, 8 with AVX2): the room it may write past n, and what the
+// attention's tiles of slots are a multiple of (a query's blocks then start where they would in one untiled call)
+constexpr int64_t SCORE_BLOCK = 16;
 
 // the largest of p[0..n-1] (-inf for none): the same in any order, so in 8 partial maxima (one chain of maxss
 // waited on itself, ~6 % of the attention of a 9-row pass)
@@ -457,9 +459,9 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
   const int64_t split = std::min(group, std::max<int64_t>(1, (want + B * nkv - 1) / (B * nkv)));
   const int64_t per = (group + split - 1) / split;         // queries a task
   const int64_t per_group = (group + per - 1) / per;       // tasks a group: none of them empty
-  const int64_t tile = std::max<int64_t>(SCORE_PAD, 4096 / D / SCORE_PAD * SCORE_PAD);  // slots: 16 KB of floats
+  const int64_t tile = std::max<int64_t>(SCORE_BLOCK, 4096 / D / SCORE_BLOCK * SCORE_BLOCK);  // slots: 16 KB of floats
   at::parallel_for(0, B * nkv * per_group, 1, [&](int64_t lo, int64_t hi) {
-    const int64_t P = S + SCORE_PAD;
+    const int64_t P = S + SCORE_BLOCK;
     std::vector<float> p(per * P), os(per * D), inv(per);
     std::vector<int64_t> seen(per * S), count(per);
     for (int64_t task = lo; task < hi; ++task) {
@@ -482,14 +484,14 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
         most = std::max(most, n);
       }
       // query j's place in q and in att: its row's, then its head's
-      auto at = [&](int64_t j) { return (b * T + (j0 + j) / n_rep) * nq + (kvh * n_rep + (j0 + j) % n_rep) * D; };
+      auto place = [&](int64_t j) { return (b * T + (j0 + j) / n_rep) * nq + (kvh * n_rep + (j0 + j) % n_rep) * D; };
       for (int64_t i0 = 0; i0 < most; i0 += tile)  // scores
         for (int64_t j = 0; j < nj; ++j) {
           const int64_t c = std::min(tile, count[j] - i0);
           if (c <= 0) continue;
           const int64_t* sj = seen.data() + j * S + i0;
           float* pj = p.data() + j * P + i0;
-          const float* qj = q.data() + at(j);
+          const float* qj = q.data() + place(j);
           if (!scores(qj, kb, sj, c, D, scale, pj))
             for (int64_t i = 0; i < c; ++i) pj[i] = dot(qj, kb + sj[i] * D, D) * scale;
         }
@@ -507,7 +509,7 @@ Tensor decode_layer(Tensor x, const Tensor& attn_norm, const Tensor& mlp_norm, d
           if (c > 0) weighted_add(p.data() + j * P + i0, seen.data() + j * S + i0, c, vb, D, os.data() + j * D);
         }
       for (int64_t j = 0; j < nj; ++j) {
-        A* out = ap + at(j);
+        A* out = ap + place(j);
         for (int64_t d = 0; d < D; ++d) out[d] = A(os[j * D + d] * inv[j]);
       }
     }

@@ -17,6 +17,7 @@ from trtspec.runtime.quant import (
     W4A8Linear,
     W8A8Linear,
     int8_kernel,
+    int8_mm_reference,
     quantize_int4,
     quantize_int8,
     quantize_proposer,
@@ -76,11 +77,13 @@ def test_int8_of_a_width_the_kernel_cannot_take_dequantizes(monkeypatch):
     assert torch.allclose(ql(x), x @ (q.float() * s[:, None]).t(), atol=1e-5)
 
 
-@pytest.mark.parametrize("shape", [(37, 70), (96, 64), (130, 1536), (5, 17), (16, 33)])
+@pytest.mark.parametrize("shape", [(37, 70), (96, 64), (130, 1536), (5, 17), (16, 33), (9, 4200)])
 def test_trtspecs_int8_kernel_is_the_dequantized_product_and_row_exact(shape):
-    """kernels/int8_mm.h: float32 activations, any width (a tail past the vector lanes), any number of output
-    channels (a tail past the tile); each row's result is bit-identical whatever rows share its call, up to and past
-    the kernel's register block (6 rows) and its sweep of 64 rows."""
+    """kernels/int8_mm.h: each row of activations rounded to int16 by its own scale, exact integer sums: the very bits
+    of int8_mm_reference, within 1e-4 of the dequantized float product, at any width (a tail past the vector lanes,
+    sums past the kernel's int32 chunk) and any number of output channels (a tail past the tile); each row's result
+    is bit-identical whatever rows share its call, up to and past the kernel's register block (6 rows) and its
+    sweep of 64 rows."""
     from trtspec.runtime import fused
     from trtspec.runtime.llama import Linear
     from trtspec.runtime.quant import quantize_linear
@@ -94,7 +97,9 @@ def test_trtspecs_int8_kernel_is_the_dequantized_product_and_row_exact(shape):
     x = torch.randn(70, shape[1])
     y = ql(x, exact=True)  # (exact: 70 rows would be a long pass, a GEMM)
     assert y.dtype == torch.float32
-    torch.testing.assert_close(y, torch.nn.functional.linear(x, q.float() * s[:, None], lin.b), rtol=1e-4, atol=1e-3)
+    assert torch.equal(y, int8_mm_reference(x, q, s) + lin.b)  # (the op adds no bias: Int8Linear adds it after)
+    dense = torch.nn.functional.linear(x, q.float() * s[:, None], lin.b)
+    assert ((y - dense).abs().max() / dense.abs().max()).item() < 1e-4
     for rows in (1, 2, 5, 6, 7, 9, 13, 64, 65):
         assert torch.equal(ql(x[:rows], exact=True), y[:rows]), rows
     assert all(torch.equal(ql(x[i:i + 1]), y[i:i + 1]) for i in range(70))

@@ -4,8 +4,8 @@ machine, then one call per layer instead of ~60 torch ops.
 Why: on SmolLM2-135M (2 cores, AVX2) the ~60 small ops around a layer's four matmuls (norms, casts, RoPE, cache
 writes, attention, silu) were ~40 % of an int8 decode step and ~25 % of an fp32 one; their arithmetic is tiny,
 their dispatch is not. The kernel does those in plain loops, row by row (so it is row-exact: a verify row
-computes the bits the decode step would), and calls its own int8 matmul (kernels/int8_mm.h: float32 activations,
-each weight read once for all the rows of a pass) or oneDNN's prepacked linear (bfloat16 weights with bf16
+computes the bits the decode step would), and calls its own int8 matmul (kernels/int8_mm.h: activations rounded to
+int16 per row, exact integer sums, each weight read once for all the rows of a pass) or oneDNN's prepacked linear (bfloat16 weights with bf16
 activations, or float32: the kernel runtime/linear.py's Linear uses, in the same row blocks, which keep it
 row-exact) for the matmuls. Built with -fopenmp: at::parallel_for (the int8 matmul's tiles, attention's heads) is
 OpenMP, and without it runs on one thread (measured: the int8 matmul at half speed); the OpenMP calls bind to the
@@ -20,7 +20,8 @@ wait on an flock, which the OS releases when its holder dies, so a build killed 
 cannot leave a lock that hangs every later build (torch's own lock file can). ~10-30 s the first time (`make
 install` and a CPU `trtspec build` do it, so a server does not compile at model load), a load after. Where it cannot
 be built (no compiler), `available()` is False with the reason logged once, and the runtime keeps its torch path:
-same models (float32 within 1e-4; int8 up to the bf16 rounding of torch's int8 kernel's activations), slower.
+same models (float32 within 1e-4; int8 up to the bf16 rounding of torch's int8 kernel's activations, against
+int16 here), slower.
 `TRTSPEC_FUSED=0` turns it off. `TRTSPEC_KERNEL_FLAGS` appends compiler flags (and names another build): with
 `-mno-avx512f`, an AVX-512 machine builds and runs the AVX2 + FMA kernel of the fleet's AVX2-only machines.
 """
@@ -86,16 +87,21 @@ def build_dir(name: str) -> Path:
         return private_dir(fallback / name)
 
 
+def cpu_flags() -> str:
+    """This CPU's line of flags in /proc/cpuinfo ("" where there is none)."""
+    try:
+        return next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")), "")
+    except OSError:
+        return ""
+
+
 def build_name() -> str:
     """The extension's name: the source (and the headers beside it) and where it lies, the flags, torch's version
     and where it is installed, the Python headers, and this CPU's flags, hashed. The paths count because torch's
     build file names them: two checkouts or environments of the same source sharing one build dir rewrite it in
     turn, and each rewrite recompiles (~6 s at every engine load, measured with a worktree beside the main
     checkout)."""
-    try:
-        cpu = next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")), "")
-    except OSError:
-        cpu = ""
+    cpu = cpu_flags()
     where = [str(SOURCE.resolve()), str(Path(torch.__file__).resolve().parent), sysconfig.get_paths()["include"]]
     h = hashlib.sha256()
     sources = [SOURCE.read_bytes()] + [p.read_bytes() for p in sorted(SOURCE.parent.glob("*.h"))]

@@ -11,9 +11,11 @@ Llama.make_row_exact: attention too), because bf16 activations round batched att
 into different greedy tokens.
 
     int8  per output channel, symmetric: W ~ s[n] * q[n, k], q in [-127, 127], float32 scales; multiplied by
-          trtspec's own CPU kernel (kernels/int8_mm.h, built with the fused layer: runtime/fused.py) in float32
-          activations: it reads each weight once for all the rows of a pass, so a verify pass of a few rows costs
-          about one decode step, and each row's sum runs in the same order whatever the rows beside it. Where
+          trtspec's own CPU kernel (kernels/int8_mm.h, built with the fused layer: runtime/fused.py), each row of
+          activations rounded to int16 by its own scale (32767 levels: far below the weights' own rounding), in
+          exact integer sums (`int8_mm_reference` computes the same bits): it reads each weight once for all the
+          rows of a pass, and an int16 dot product takes twice the pairs of a float32 one an instruction, so a
+          verify pass of 5 rows costs about one decode step; a row's sum is the same whatever the rows beside it. Where
           that kernel is not built (no compiler, TRTSPEC_FUSED=0), torch's `_weight_int8pack_mm` (x @ q^T * s, no
           dequantized copy) in bfloat16 activations where the CPU kernel takes them (see `int8_dtype`; it
           re-reads the weights for every 4 rows), else dequantized once at load (same numbers, no speed-up).
@@ -57,6 +59,7 @@ from trtspec.runtime.dtypes import cpu_has_fast_bf16
 from trtspec.runtime.llama import LayerWeights, Linear, Llama
 
 GROUP = 32
+INT8_ACT_LEVELS = 32767  # kernels/int8_mm.h rounds each row of activations to int16 (LEVELS)
 MODES = ("int8", "int4", "w8a8", "w4a8")
 TILE_ROWS, TILE_COLS = 16, 64  # W8A8Linear's packed layout: kernels/w8a8_mm.h's NT and CK
 W4_TILE, W4_GROUP = 16, 32  # W4A8Linear's packed layout: kernels/w4a8_mm.h's NT and G
@@ -118,7 +121,7 @@ def int8_dtype(weight_dtype: torch.dtype) -> torch.dtype | None:
 
 
 class Int8Linear:
-    """y = x (q s)^T + b through trtspec's int8 kernel (`own`: float32 activations) or torch's
+    """y = x (q s)^T + b through trtspec's int8 kernel (`own`: activations rounded to int16 per row) or torch's
     _weight_int8pack_mm (activations of `dtype`; see the module docstring)."""
 
     __slots__ = ("q", "s", "b", "n", "min_rows", "own")
@@ -186,15 +189,26 @@ def unpack_tiles(qp: torch.Tensor, n: int, k: int) -> torch.Tensor:
     return q[:n, :k].contiguous()
 
 
-def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [R, K] -> (xq int8 [R, K], sx float32 [R]): each row rounded (half to even) to 127 levels of its largest
-    magnitude, as kernels/w8a8_mm.h does it, op for op (true divisions, not a reciprocal's product)."""
+def quantize_rows(x: torch.Tensor, levels: int = 127) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [R, K] -> (xq [R, K], sx float32 [R]): each row rounded (half to even) to `levels` levels of its largest
+    magnitude, as kernels/scaled_rows.h's `round_row` does it, op for op (true divisions, not a reciprocal's
+    product); int8 for W8A8's 127 levels, int16 for the int8 kernel's 32767."""
     xf = x.float()  # [R, K]
     amax = xf.abs().amax(1)  # [R]
-    levels = torch.full_like(amax, 127.0)
-    inv = torch.where(amax > 0, levels / amax, torch.zeros_like(amax))  # [R]
-    xq = torch.round(xf * inv[:, None]).clamp(-127, 127).to(torch.int8)  # [R, K]
-    return xq, amax / levels
+    lv = torch.full_like(amax, float(levels))
+    inv = torch.where(amax > 0, lv / amax, torch.zeros_like(amax))  # [R]
+    dtype = torch.int8 if levels <= 127 else torch.int16
+    xq = torch.round(xf * inv[:, None]).clamp(-levels, levels).to(dtype)  # [R, K]
+    return xq, amax / lv
+
+
+def int8_mm_reference(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """x [R, K] float -> [R, N] float32 = kernels/int8_mm.h's bits: each row rounded to int16 (INT8_ACT_LEVELS),
+    its exact integer sums with q [N, K] int8 (float64 products and sums: every partial sum is an integer below
+    2^53, so exact), then float(sum) * sx[r] * s[n]."""
+    xq, sx = quantize_rows(x, INT8_ACT_LEVELS)
+    sums = xq.double() @ q.double().t()  # [R, N], exact
+    return sums.float() * sx[:, None] * s.float()
 
 
 def w8a8_mm_reference(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:

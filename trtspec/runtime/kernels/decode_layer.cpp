@@ -5,7 +5,7 @@
 // Row-exact by construction: every row (b, t) is normed, rotated, attended and activated by the same loops on
 // its own data; attention reads exactly the cache slots the mask lets it see, in slot order, so a verify row
 // and the decode step that would produce the same token compute the same bits. The four matmuls are
-// int8_mm.h's (int8 weights, float32 activations) or w8a8_mm.h's (int8 activations), row-exact themselves, or oneDNN's prepacked linear
+// int8_mm.h's (int8 weights, int16 activations) or w8a8_mm.h's (int8 activations), row-exact themselves, or oneDNN's prepacked linear
 // (bfloat16 weights with bf16 activations, or float32), called in blocks of lo..hi rows as runtime/linear.py's
 // Linear calls it (fewer rows zero-padded to lo, more split into calls of hi): oneDNN's summation order
 // follows the number of rows of a call, so each row must always see a call of the same kind.

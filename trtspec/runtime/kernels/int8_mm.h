@@ -1,20 +1,28 @@
-// Weight-only int8 matmul for the short passes of decoding: y [R, N] = x [R, K] (q [N, K] int8 * s [N])^T.
+// Weight-only int8 matmul for the short passes of decoding: y [R, N] = x [R, K] (q [N, K] int8 * s [N])^T, with each
+// row of x rounded to int16 by its own scale (dynamic, per token): xq[r] = round(x[r] * L / amax(|x[r]|)) in
+// [-L, L], L = LEVELS = 32767, sx[r] = amax / L, and y[r, n] = float(sum_k xq[r, k] q[n, k]) * sx[r] * s[n].
 //
 // Why not aten::_weight_int8pack_mm: it reads the weights again for every block of four rows, so a verify pass of
 // 5 rows cost ~2x a one-row decode step (9 rows ~3.4x) where the weights' bytes, not the arithmetic, set the
-// time. Here each tile of NT weight rows is read from memory once, widened to float32 in registers, and multiplied
-// with every row of x (RB rows at a time; further row blocks find the tile in L1/L2).
+// time. Here each tile of NT weight rows is read from memory once, widened in registers, and multiplied with
+// every row of x (RB rows at a time; further row blocks find the tile in L1/L2).
 //
-// Row-exact by construction: each output y[r, n] is one float32 sum over k in the same order whatever R is (W
-// lanes of fused multiply-adds over k in steps of W, the lanes reduced in a fixed order, then the tail k in
-// order, then times s[n]); which rows share a call, and which thread computes which tile, never enters a row's
-// arithmetic. Activations are float32 (bfloat16 inputs are widened exactly), so int8 rows are not rounded to
-// bf16 before they are multiplied.
+// Why int16 activations: with float32 ones the multiply-adds, not the memory, set a pass of several rows' time (16
+// a fused multiply-add, and a widening of each weight to float32): Qwen2.5-Coder-1.5B on an AMD EPYC (Zen 4),
+// 5 / 9 rows 1.6x / 2.8x a one-row step. An int16 dot product takes 32 pairs an instruction (AVX-512 VNNI
+// vpdpwssd; AVX2 vpmaddwd + vpaddd) and a weight only sign-extends to int16. Rounding a row to 32767 levels of its
+// largest magnitude moves each activation by at most amax / 65534 (bfloat16's rounding: up to |x| / 256), far
+// below the weights' own int8 rounding.
 //
-// Kernels by the CPU this is compiled for (runtime/fused.py builds with -march=native, once per CPU): AVX-512
-// (16 lanes), AVX2 + FMA (8 lanes), else plain loops (8 partial sums). AVX2 takes 6 rows a sweep (12 of its 16
-// registers accumulate): a verify pass of 5 rows, K = 4, in one read of the weights (Qwen2.5-Coder-1.5B, the AVX2
-// stand-in of docs/qwen.md: 1.72x a one-row step, against 2.15x with 4 rows a sweep).
+// Row-exact by construction, and the same bits on every instruction set: a row's sum is an exact integer (no
+// rounding, so no order to keep), its rounding to xq and the products at the end are the row's own; which rows
+// share a call, the tiling and the threads never enter. runtime/quant.py's `int8_mm_reference` computes the same
+// bits in torch. The int32 lanes cannot overflow: each lane takes at most CHUNK / 8 products of |q| <= 128 and
+// |xq| <= 32767 (< 2^30) before it is added into an int64 sum.
+//
+// Kernels by the CPU this is compiled for (runtime/fused.py builds with -march=native, once per CPU): AVX-512 BW
+// (32 pairs a vector; vpdpwssd with VNNI), AVX2 (16 pairs; vpdpwssd with AVX-VNNI), else plain loops (8 partial
+// sums).
 
 #pragma once
 
@@ -23,104 +31,116 @@
 
 #include "scaled_rows.h"
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
+#include <vector>
 
 // internal linkage throughout: a process may load builds of this header for other instruction sets (the tests)
 namespace trtspec_int8 {
 namespace {
 
-#if defined(__AVX512F__)
-using vec = __m512;
-constexpr int W = 16, NT = 4, RB = 6;  // 24 accumulators + 4 weight vectors + 1 input vector of 32 registers
-inline vec zero() { return _mm512_setzero_ps(); }
-inline vec load_x(const float* p) { return _mm512_loadu_ps(p); }
-inline vec load_w(const int8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-inline vec fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
-inline void store(float* p, vec v) { _mm512_storeu_ps(p, v); }
-#elif defined(__AVX2__) && defined(__FMA__)
-using vec = __m256;
-constexpr int W = 8, NT = 2, RB = 6;  // 12 accumulators + 2 weight vectors + 1 input vector of 16 registers
-inline vec zero() { return _mm256_setzero_ps(); }
-inline vec load_x(const float* p) { return _mm256_loadu_ps(p); }
-inline vec load_w(const int8_t* p) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-inline vec fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
-inline void store(float* p, vec v) { _mm256_storeu_ps(p, v); }
+constexpr float LEVELS = 32767;
+constexpr int64_t CHUNK = 2048;  // columns summed in int32 lanes before they join a row's int64 sum
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+using vec = __m512i;
+constexpr int W = 32, NT = 4, RB = 6;  // 24 accumulators + 4 weight vectors + 1 input vector of 32 registers
+inline vec zero() { return _mm512_setzero_si512(); }
+inline vec load_x(const int16_t* p) { return _mm512_loadu_si512(p); }
+inline vec load_w(const int8_t* p) { return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline vec dot(vec x, vec w, vec acc) {  // acc + in each int32 lane the sum of its two products
+#if defined(__AVX512VNNI__)
+  asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(w));  // (the intrinsic: gcc copied and spilled accumulators)
 #else
+  vec p;
+  asm("vpmaddwd %3, %2, %1\n\tvpaddd %1, %0, %0" : "+v"(acc), "=&v"(p) : "v"(x), "v"(w));
+#endif
+  return acc;
+}
+inline int64_t hsum(vec v) {  // the lanes widened to int64 and summed
+  const __m512i h = _mm512_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(v)),
+                                     _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v, 1)));
+  return _mm512_reduce_add_epi64(h);
+}
+#elif defined(__AVX2__)
+using vec = __m256i;
+constexpr int W = 16, NT = 2, RB = 6;  // 12 accumulators + 2 weight vectors + 1 input vector of 16 registers
+inline vec zero() { return _mm256_setzero_si256(); }
+inline vec load_x(const int16_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline vec load_w(const int8_t* p) { return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline vec dot(vec x, vec w, vec acc) {
+#if defined(__AVXVNNI__)
+  asm("vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(x), "x"(w));
+#else
+  vec p;  // (the intrinsics: gcc hoisted the loads of x and spilled most accumulators)
+  asm("vpmaddwd %3, %2, %1\n\tvpaddd %1, %0, %0" : "+x"(acc), "=&x"(p) : "x"(x), "x"(w));
+#endif
+  return acc;
+}
+inline int64_t hsum(vec v) {
+  const __m256i h = _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(v)),
+                                     _mm256_cvtepi32_epi64(_mm256_extracti128_si256(v, 1)));
+  const __m128i q = _mm_add_epi64(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+  return _mm_cvtsi128_si64(q) + _mm_extract_epi64(q, 1);
+}
+#else
+constexpr int W = 16, NT = 2, RB = 4;
 struct vec {
-  float v[8];
+  int16_t v[W];
 };
-constexpr int W = 8, NT = 2, RB = 4;
-inline vec zero() { return vec{{0, 0, 0, 0, 0, 0, 0, 0}}; }
-inline vec load_x(const float* p) {
+struct acc8 {
+  int32_t v[8];
+};
+inline vec load_x(const int16_t* p) {
   vec r;
-  for (int i = 0; i < 8; ++i) r.v[i] = p[i];
+  for (int i = 0; i < W; ++i) r.v[i] = p[i];
   return r;
 }
 inline vec load_w(const int8_t* p) {
   vec r;
-  for (int i = 0; i < 8; ++i) r.v[i] = static_cast<float>(p[i]);
+  for (int i = 0; i < W; ++i) r.v[i] = p[i];
   return r;
 }
-inline vec fma(vec a, vec b, vec c) {
-  for (int i = 0; i < 8; ++i) c.v[i] = std::fma(a.v[i], b.v[i], c.v[i]);
-  return c;
-}
-inline void store(float* p, vec v) {
-  for (int i = 0; i < 8; ++i) p[i] = v.v[i];
-}
 #endif
 
-// the lanes of an accumulator summed, in one order for every row (what keeps rows exact): a fixed tree of halves
-// where there are vectors (a sum in lane order, through memory, was a chain of 16 dependent adds per output and
-// row: ~half of a 5-row tile of SmolLM2's 576 columns), in lane order in the plain loops
-inline float hsum(vec v) {
-#if defined(__AVX512F__)
-  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));  // (AVX-512 F alone)
-  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), hi);
-#elif defined(__AVX2__) && defined(__FMA__)
-  const __m256 h = v;
-#endif
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+#if defined(__AVX2__) || (defined(__AVX512F__) && defined(__AVX512BW__))
+using acc_t = vec;
 #else
-  float s = 0;
-  for (int i = 0; i < W; ++i) s += v.v[i];
-  return s;
-#endif
+using acc_t = acc8;
+inline acc_t zero() { return acc8{{0, 0, 0, 0, 0, 0, 0, 0}}; }
+inline acc_t dot(const vec& x, const vec& w, acc_t acc) {
+  for (int i = 0; i < W; ++i) acc.v[i % 8] += int32_t{x.v[i]} * w.v[i];
+  return acc;
 }
+inline int64_t hsum(const acc_t& a) {
+  int64_t s = 0;
+  for (const int32_t v : a.v) s += v;
+  return s;
+}
+#endif
 
-// A row's vector of x is loaded once into a register for the nt fmadds of its weight rows: left to itself the
-// compiler folded the load into each fmadd, 24 loads of x a step instead of 6, and a pass of several rows waited on
-// the loads (Qwen2.5-Coder-1.5B on an AMD EPYC, 2 threads: 5 / 9 / 16 rows 98 / 182 / 309 ms -> 84 / 149 / 258;
-// AVX2 build 119 / 208 -> 94 / 181 for 5 / 9; a one-row step the same).
-//
 // Each weight row is prefetched PREFETCH_FAR (scaled_rows.h) ahead into L2 (prefetcht2) alone: the hardware
 // prefetcher stops at 4 KB pages. Qwen2.5-Coder-1.5B on an AMD EPYC, 2 threads: a one-row step 76-96 ms at 8 KB into
-// L1 (once the best of 0.5-16 KB into L1), 42-58 ms at 64 KB into L2; passes of 5 and 9 rows, bound by their float
-// multiply-adds, the same within noise.
+// L1 (once the best of 0.5-16 KB into L1), 42-58 ms at 64 KB into L2 (float32 activations, measured then).
+//
+// A row's vector of x is loaded once into a register for the nt dot products of its weight rows: left to itself the
+// compiler folded the load into each of them (measured with float32 activations: 24 loads of x a step instead of
+// 6, and a pass of several rows waited on the loads).
 
-// out[r * nt + j] = sum_k x[r, k] q[j, k] for rb rows of x (stride K) and nt weight rows (stride K)
+// out[r * nt + j] += sum_{k0 <= k < k1} xq[r, k] q[j, k] (exact) for rb rows of xq (stride K) and nt weight rows
+// (stride K); k1 - k0 a multiple of W, at most CHUNK
 template <int rb, int nt>
-inline void tile(const float* x, const int8_t* q, int64_t K, float* out) {
-  const int64_t Kv = K - K % W;
-  vec acc[rb][nt];  // (the loops over rb and nt unrolled: the accumulators stay in registers)
+inline void chunk(const int16_t* xq, const int8_t* q, int64_t K, int64_t k0, int64_t k1, int64_t* out) {
+  acc_t acc[rb][nt];  // (the loops over rb and nt unrolled: the accumulators stay in registers)
 #pragma GCC unroll 8
   for (int r = 0; r < rb; ++r)
 #pragma GCC unroll 8
     for (int j = 0; j < nt; ++j) acc[r][j] = zero();
-  for (int64_t k = 0; k < Kv; k += W) {
+  for (int64_t k = k0; k < k1; k += W) {
     vec w[nt];
 #pragma GCC unroll 8
     for (int j = 0; j < nt; ++j) {
@@ -129,44 +149,57 @@ inline void tile(const float* x, const int8_t* q, int64_t K, float* out) {
     }
 #pragma GCC unroll 8
     for (int r = 0; r < rb; ++r) {
-      vec xv = load_x(x + r * K + k);
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-      asm("" : "+v"(xv));  // one load of x a row, in a register: not folded into each of the nt fmadds
+      vec xv = load_x(xq + r * K + k);
+#if defined(__AVX2__) || (defined(__AVX512F__) && defined(__AVX512BW__))
+      asm("" : "+v"(xv));  // one load of x a row, in a register: not folded into each of the nt dot products
 #endif
 #pragma GCC unroll 8
-      for (int j = 0; j < nt; ++j) acc[r][j] = fma(xv, w[j], acc[r][j]);
+      for (int j = 0; j < nt; ++j) acc[r][j] = dot(xv, w[j], acc[r][j]);
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < rb; ++r)
-    for (int j = 0; j < nt; ++j) {
-      float s = hsum(acc[r][j]);
-      for (int64_t k = Kv; k < K; ++k) s += x[r * K + k] * static_cast<float>(q[j * K + k]);
-      out[r * nt + j] = s;
-    }
+#pragma GCC unroll 8
+    for (int j = 0; j < nt; ++j) out[r * nt + j] += hsum(acc[r][j]);
 }
 
-// y[r, n] = Y(s[n] * sum_k x[r, k] q[n, k]); x [R, K] float32, q [N, K] int8, s [N] (S), y [R, N] (Y). Passes of
-// more than RB rows take further row blocks, which widen each tile of weights again (from L1). Tiles half as
-// wide and blocks twice as tall were measured: 8-9 rows ~8 % faster, 12-16 rows up to 1.7x slower (x no longer
-// fits L1, and each load of it then serves 2 weight rows instead of 4).
+// out[r * nt + j] = sum_k xq[r, k] q[j, k] (exact) for rb rows of xq (stride K) and nt weight rows (stride K)
+template <int rb, int nt>
+inline void tile(const int16_t* xq, const int8_t* q, int64_t K, int64_t* out) {
+  const int64_t Kv = K - K % W;
+  for (int r = 0; r < rb; ++r)
+    for (int j = 0; j < nt; ++j) out[r * nt + j] = 0;
+  for (int64_t k0 = 0; k0 < Kv; k0 += CHUNK) chunk<rb, nt>(xq, q, K, k0, std::min(Kv, k0 + CHUNK), out);
+  for (int r = 0; r < rb; ++r)
+    for (int j = 0; j < nt; ++j)
+      for (int64_t k = Kv; k < K; ++k) out[r * nt + j] += int32_t{xq[r * K + k]} * q[j * K + k];
+}
+
+// y[r, n] = Y(float(sum_k xq[r, k] q[n, k]) * sx[r] * s[n]); x [R, K] float32, q [N, K] int8, s [N] (S), y [R, N]
+// (Y). Passes of more than RB rows take further row blocks, which widen each tile of weights again (from L1).
 template <typename S, typename Y>
 void mm(const float* x, int64_t R, int64_t K, const int8_t* q, const S* s, int64_t N, Y* y) {
-  tiled_rows<NT, RB, float>(R, N, [&](auto c, int64_t t, int64_t r, float* out) {
+  std::vector<int16_t> xq(R * K);
+  std::vector<float> sx(R);
+  for (int64_t r = 0; r < R; ++r) sx[r] = round_row(x + r * K, K, LEVELS, xq.data() + r * K);
+  tiled_rows<NT, RB, int64_t>(R, N, [&](auto c, int64_t t, int64_t r, int64_t* out) {
     constexpr int rb = decltype(c)::value;
     const int64_t n = t * NT;
-    if (N - n >= NT) return tile<rb, NT>(x + r * K, q + n * K, K, out);
+    const int16_t* xr = xq.data() + r * K;
+    if (N - n >= NT) return tile<rb, NT>(xr, q + n * K, K, out);
     for (int64_t j = 0; j < N - n; ++j) {  // the last tile's weight rows one at a time
-      float col[rb];
-      tile<rb, 1>(x + r * K, q + (n + j) * K, K, col);
+      int64_t col[rb];
+      tile<rb, 1>(xr, q + (n + j) * K, K, col);
       for (int i = 0; i < rb; ++i) out[i * NT + j] = col[i];
     }
-  }, [&](int64_t r, int64_t n, float v) { y[r * N + n] = Y(v * static_cast<float>(s[n])); });
+  }, put_scaled(sx.data(), s, N, y));
 }
 
 }  // namespace
 }  // namespace trtspec_int8
 
-// y [R, N] in x's dtype (bfloat16 or float32) = x [R, K] times (q [N, K] int8 * s [N] (bfloat16 or float32))^T
+// y [R, N] in x's dtype (bfloat16 or float32) = x [R, K], rounded to int16 per row, times (q [N, K] int8 * s [N]
+// (bfloat16 or float32))^T
 static inline at::Tensor int8_rows_mm(const at::Tensor& x, const at::Tensor& q, const at::Tensor& s) {
   TORCH_CHECK(x.dim() == 2 && q.dim() == 2 && x.size(1) == q.size(1), "int8_mm: x [R, K], q [N, K]");
   TORCH_CHECK(q.scalar_type() == at::kChar && q.is_contiguous(), "int8_mm: q int8, contiguous");

@@ -41,38 +41,11 @@ namespace {
 // 4 v + 3 of the tile's 16 rows, row after row (byte lane * 4 + c: column 4 v + c of row n0 + lane).
 constexpr int NT = 16, CK = 64;
 
-// max_k |x[k]| (0 for none; a NaN is passed over): the same in any order, so in vectors of partial maxima. One
-// float chain (the compiler does not reorder it) waited ~3 cycles an element, ~1 % of a SmolLM2 9-row W8A8 pass.
-inline float abs_max(const float* x, int64_t K) {
-  int64_t k = 0;
-  float amax = 0;
-#if defined(__AVX512F__)
-  __m512 m = _mm512_setzero_ps();
-  for (; k + 16 <= K; k += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + k)), m);  // NaN: m kept
-  amax = _mm512_reduce_max_ps(m);
-#elif defined(__AVX2__)
-  __m256 m = _mm256_setzero_ps();
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  for (; k + 8 <= K; k += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)), m);
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, m);
-  for (const float v : lanes) amax = std::max(amax, v);
-#endif
-  for (; k < K; ++k) amax = std::max(amax, std::fabs(x[k]));
-  return amax;
-}
-
 // row x [K] -> xq [Kp] in [-127, 127] (zero past K), its scale sx and sum_k xq (a row of zeros: zeros, scale 0)
 inline void quantize_row(const float* x, int64_t K, int64_t Kp, int8_t* xq, float* sx, int32_t* xsum) {
-  const float amax = abs_max(x, K);
-  const float inv = amax > 0 ? 127.0f / amax : 0.0f;
-  *sx = amax / 127.0f;
+  *sx = round_row(x, K, 127, xq);
   int32_t sum = 0;
-  for (int64_t k = 0; k < K; ++k) {
-    const float v = std::min(127.0f, std::max(-127.0f, std::nearbyint(x[k] * inv)));  // round half to even
-    xq[k] = static_cast<int8_t>(v);
-    sum += xq[k];
-  }
+  for (int64_t k = 0; k < K; ++k) sum += xq[k];
   std::fill(xq + K, xq + Kp, static_cast<int8_t>(0));
   *xsum = sum;
 }

@@ -5,11 +5,11 @@ Why: on SmolLM2-135M (2 cores, AVX2) the ~60 small ops around a layer's four mat
 writes, attention, silu) were ~40 % of an int8 decode step and ~25 % of an fp32 one; their arithmetic is tiny,
 their dispatch is not. The kernel does those in plain loops, row by row (so it is row-exact: a verify row
 computes the bits the decode step would), and calls its own int8 matmul (kernels/int8_mm.h: activations rounded to
-int16 per row, exact integer sums, each weight read once for all the rows of a pass) or oneDNN's prepacked linear (bfloat16 weights with bf16
-activations, or float32: the kernel runtime/linear.py's Linear uses, in the same row blocks, which keep it
-row-exact) for the matmuls. Built with -fopenmp: at::parallel_for (the int8 matmul's tiles, attention's heads) is
-OpenMP, and without it runs on one thread (measured: the int8 matmul at half speed); the OpenMP calls bind to the
-libgomp torch itself loads.
+int16 per row, exact integer sums, each weight read once for all the rows of a pass) or oneDNN's prepacked linear
+(bfloat16 weights with bf16 activations, or float32: the kernel runtime/linear.py's Linear uses, in the same row
+blocks, which keep it row-exact) for the matmuls. Built with -fopenmp: at::parallel_for (the int8 matmul's tiles,
+attention's heads) is OpenMP, and without it runs on one thread (measured: the int8 matmul at half speed); the OpenMP
+calls bind to the libgomp torch itself loads.
 
 How it is built: `torch.utils.cpp_extension.load` (the system's C++ compiler and ninja) into a private (0700)
 directory under `$TRTSPEC_KERNEL_CACHE` (default `$XDG_CACHE_HOME` or `~/.cache`, then `trtspec/kernels`; the temp

@@ -93,3 +93,31 @@ def test_the_w4a8_kernel_of_another_instruction_set_computes_the_same_bits(isa):
     y = mm(x, qp, s)
     assert torch.equal(y, w4a8_mm_reference(x, q, m, s))
     assert all(torch.equal(mm(x[i:i + 1], qp, s), y[i:i + 1]) for i in range(15))
+
+
+@pytest.mark.skipif(fused.compiler() is None, reason="no C++ compiler here")
+@pytest.mark.parametrize("isa", ["native", *ISAS])
+@pytest.mark.parametrize("kernel", ["int8", "w8a8", "w4a8"])
+def test_a_row_with_a_nan_or_an_infinity_gives_nan_and_leaves_the_other_rows(isa, kernel):
+    """A row of activations rounded by its own scale must not round a NaN or an infinity into a finite integer (the
+    largest magnitude would pass over a NaN, and the row would come out finite and wrong): its outputs are NaN, in
+    every build (native: the fused kernel's own ops) and in the torch reference, and the rows beside it keep their
+    bits."""
+    if isa == "native" and not fused.available():
+        pytest.skip("the fused kernel is not built here")
+    mm = getattr(torch.ops.trtspec, f"{kernel}_mm") if isa == "native" else _op(isa, kernel)
+    w = torch.randn(37, 70)
+    if kernel == "w4a8":
+        q, m, s = quantize_w4a8(w)
+        weights, ref = pack_w4a8(q, m), (lambda x: w4a8_mm_reference(x, q, m, s))
+    else:
+        q, s = quantize_int8(w)
+        weights = pack_tiles(q) if kernel == "w8a8" else q
+        ref = (lambda x: w8a8_mm_reference(x, q, s)) if kernel == "w8a8" else (lambda x: int8_mm_reference(x, q, s))
+    x = torch.randn(5, 70)
+    clean = mm(x, weights, s)
+    x[1, 3], x[3, 69] = float("nan"), float("inf")
+    y = mm(x, weights, s)
+    for out in (y, ref(x)):
+        assert out[1].isnan().all() and out[3].isnan().all()
+        assert torch.equal(out[[0, 2, 4]], clean[[0, 2, 4]])

@@ -192,14 +192,17 @@ def unpack_tiles(qp: torch.Tensor, n: int, k: int) -> torch.Tensor:
 def quantize_rows(x: torch.Tensor, levels: int = 127) -> tuple[torch.Tensor, torch.Tensor]:
     """x [R, K] -> (xq [R, K], sx float32 [R]): each row rounded (half to even) to `levels` levels of its largest
     magnitude, as kernels/scaled_rows.h's `round_row` does it, op for op (true divisions, not a reciprocal's
-    product); int8 for W8A8's 127 levels, int16 for the int8 kernel's 32767."""
+    product); int8 for W8A8's 127 levels, int16 for the int8 kernel's 32767. A row with a NaN or an infinity gets
+    the scale NaN (its products NaN, as a float product's); its integers are then zeros."""
     xf = x.float()  # [R, K]
+    finite = torch.isfinite(xf).all(1)  # [R]
+    xf = torch.where(finite[:, None], xf, torch.zeros_like(xf))
     amax = xf.abs().amax(1)  # [R]
     lv = torch.full_like(amax, float(levels))
     inv = torch.where(amax > 0, lv / amax, torch.zeros_like(amax))  # [R]
     dtype = torch.int8 if levels <= 127 else torch.int16
     xq = torch.round(xf * inv[:, None]).clamp(-levels, levels).to(dtype)  # [R, K]
-    return xq, amax / lv
+    return xq, torch.where(finite, amax / lv, torch.full_like(amax, float("nan")))
 
 
 def int8_mm_reference(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:

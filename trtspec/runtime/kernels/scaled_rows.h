@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include <ATen/core/Tensor.h>
@@ -122,14 +123,19 @@ static inline float abs_max(const float* x, int64_t K) {
 }
 
 // row x [K] -> xq [K] in [-levels, levels], round(x * levels / amax) (half to even), and its scale amax / levels
-// (a row of zeros: zeros, scale 0); runtime/quant.py's `quantize_rows` computes the same, op for op
+// (a row of zeros: zeros, scale 0; a row with a NaN or an infinity: scale NaN, so its outputs are NaN, as a float
+// product's would be, not finite numbers from clamped integers); runtime/quant.py's `quantize_rows` computes the
+// same, op for op
 template <typename T>
 static inline float round_row(const float* x, int64_t K, float levels, T* xq) {
   const float amax = abs_max(x, K);
   const float inv = amax > 0 ? levels / amax : 0.0f;
-  for (int64_t k = 0; k < K; ++k)
+  bool finite = true;
+  for (int64_t k = 0; k < K; ++k) {
+    finite &= std::isfinite(x[k]);
     xq[k] = static_cast<T>(std::min(levels, std::max(-levels, std::nearbyint(x[k] * inv))));
-  return amax / levels;
+  }
+  return finite ? amax / levels : std::numeric_limits<float>::quiet_NaN();
 }
 
 // tiled_rows' put for integer sums scaled by their row's and their output's scales: y[r, n] = float(v) sx[r] s[n]

@@ -15,7 +15,8 @@ into different greedy tokens.
           activations rounded to int16 by its own scale (32767 levels: far below the weights' own rounding), in
           exact integer sums (`int8_mm_reference` computes the same bits): it reads each weight once for all the
           rows of a pass, and an int16 dot product takes twice the pairs of a float32 one an instruction, so a
-          verify pass of 5 rows costs about one decode step; a row's sum is the same whatever the rows beside it. Where
+          verify pass of 5 rows costs about one decode step; a row's sum is the same whatever the rows beside it,
+          a prefill's rows included (the kernel takes every pass). Where
           that kernel is not built (no compiler, TRTSPEC_FUSED=0), torch's `_weight_int8pack_mm` (x @ q^T * s, no
           dequantized copy) in bfloat16 activations where the CPU kernel takes them (see `int8_dtype`; it
           re-reads the weights for every 4 rows), else dequantized once at load (same numbers, no speed-up).
@@ -54,8 +55,6 @@ import torch
 import torch.nn.functional as F
 
 from trtspec.runtime import fused
-from trtspec.runtime.attention import EXACT_MAX_ROWS
-from trtspec.runtime.dtypes import cpu_has_fast_bf16
 from trtspec.runtime.llama import LayerWeights, Linear, Llama
 
 GROUP = 32
@@ -68,7 +67,7 @@ KERNEL_K = 8  # _weight_int8pack_mm's input width must be a multiple of this (a 
 
 
 CHUNK_BYTES = 32 << 20  # float32 temporaries of one block of rows while quantizing
-LONG_PASS_ROWS = 2048  # weight rows widened at a time by Int8Linear's long passes (6 MB of bf16 at K = 1536)
+LONG_PASS_ROWS = 2048  # weight rows at a time in W8A8Linear's long passes and the W4A8 reference
 LONG_PASS_ROWS_W8A8 = 64  # W8A8Linear: passes of more rows (a long prefill) take torch's int8 GEMM
 
 
@@ -140,35 +139,21 @@ class Int8Linear:
         return self.q
 
     def __call__(self, x: torch.Tensor, exact: bool = False) -> torch.Tensor:
-        """x [..., K] -> [..., N]; row-exact at every row count, except trtspec's kernel's long passes (more than
-        EXACT_MAX_ROWS rows, not `exact`: a long prefill, as runtime/linear.py's Linear draws the same line), which
-        `_long_pass` multiplies as a GEMM."""
+        """x [..., K] -> [..., N]; row-exact at every row count, a long prefill's included: trtspec's kernel takes
+        every pass (`exact` changes nothing here). Its integer dot products made a GEMM of widened weight blocks no
+        faster for long passes: Qwen2.5-Coder-1.5B-sized matmuls on an AMD EPYC, 74 / 256 / 512 rows, the kernel
+        250 / 884 / 1857 ms against 288 / 873 / 1806 for oneDNN's bf16 GEMM (widening each block of weights
+        first); the AVX2 build 376 / 1215 against 841 / 1789 for float32's."""
         dt = x.dtype
         if dt != self.s.dtype:
             return self(x.to(self.s.dtype), exact).to(dt)
         x2 = x.reshape(-1, x.shape[-1]).contiguous()  # [R, K]
-        if not self.own:
-            y = torch.ops.aten._weight_int8pack_mm(x2, self.q, self.s)
-        elif exact or x2.shape[0] <= EXACT_MAX_ROWS:
+        if self.own:
             y = torch.ops.trtspec.int8_mm(x2, self.q, self.s)
         else:
-            y = self._long_pass(x2)
+            y = torch.ops.aten._weight_int8pack_mm(x2, self.q, self.s)
         y = y.view(*x.shape[:-1], self.n)
         return y if self.b is None else y + self.b
-
-    def _long_pass(self, x: torch.Tensor) -> torch.Tensor:
-        """x [R, K] float32 -> [R, N] float32 for a long pass (a prefill): blocks of LONG_PASS_ROWS weight rows
-        widened to bfloat16 (exact: |q| <= 127) where the CPU multiplies it natively, else to float32, each
-        multiplied by torch's GEMM (oneDNN/MKL), then scaled. The row-exact kernel sums each row with FMAs over
-        its lanes and was ~4x slower here at 74 rows (Qwen2.5-Coder-1.5B prefill: 1.9 s against 0.46 s); bf16
-        activations round x as torch's int8 kernel does."""
-        wdt = torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
-        xw = x.to(wdt)  # [R, K]
-        y = torch.empty(x.shape[0], self.n, dtype=torch.float32)  # [R, N]
-        for n0 in range(0, self.n, LONG_PASS_ROWS):
-            w = self.q[n0:n0 + LONG_PASS_ROWS].to(wdt)  # [n, K]
-            torch.mul(torch.mm(xw, w.t()), self.s[n0:n0 + LONG_PASS_ROWS], out=y[:, n0:n0 + LONG_PASS_ROWS])
-        return y
 
 
 def pack_tiles(q: torch.Tensor) -> torch.Tensor:

@@ -95,7 +95,7 @@ def test_trtspecs_int8_kernel_is_the_dequantized_product_and_row_exact(shape):
     assert isinstance(ql, Int8Linear) and ql.own and ql.s.dtype == torch.float32
     q, s = quantize_int8(lin.w)
     x = torch.randn(70, shape[1])
-    y = ql(x, exact=True)  # (exact: 70 rows would be a long pass, a GEMM)
+    y = ql(x, exact=True)
     assert y.dtype == torch.float32
     assert torch.equal(y, int8_mm_reference(x, q, s) + lin.b)  # (the op adds no bias: Int8Linear adds it after)
     dense = torch.nn.functional.linear(x, q.float() * s[:, None], lin.b)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from trtspec.runtime import fused
+from trtspec.runtime.dtypes import cpu_flags
 from trtspec.runtime.quant import (
     int8_mm_reference,
     pack_tiles,
@@ -29,7 +30,9 @@ ISAS = {"avx2": ["-mavx2", "-mfma", "-mno-avx512f"], "plain": ["-mno-avx", "-mno
 
 
 def _runs_here(isa: str) -> bool:
-    return isa != "avx512bw" or {"avx512f", "avx512bw", "avx512vl"} <= set(fused.cpu_flags().split())
+    return isa != "avx512bw" or {"avx512f", "avx512bw", "avx512vl"} <= set(cpu_flags().split())
+
+
 OP = """#include "int8_mm.h"
 #include "w4a8_mm.h"
 #include "w8a8_mm.h"

@@ -64,14 +64,21 @@ def target_weight_dtype(dtype: str | torch.dtype, device: str | torch.device) ->
     return None
 
 
+def cpu_flags() -> str:
+    """This CPU's line of flags in /proc/cpuinfo ("" where there is none)."""
+    try:
+        return next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")), "")
+    except OSError:
+        return ""
+
+
 @functools.lru_cache(maxsize=1)
 def cpu_has_fast_bf16() -> bool:
     """The CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX) and torch may use it: a process whose kernels
     are capped below AVX-512 (ATEN_CPU_CAPABILITY=avx2, the way to stand in for an AVX2-only machine) has no
     native bf16 either, and multiplies in float32 as such a machine does."""
     try:
-        flags = Path("/proc/cpuinfo").read_text()
-        native = " avx512_bf16" in flags or " amx_bf16" in flags
+        native = not {"avx512_bf16", "amx_bf16"}.isdisjoint(cpu_flags().split())
         return native and "AVX512" in torch.backends.cpu.get_cpu_capability() and \
             torch.ops.mkldnn._is_mkldnn_bf16_supported()
     except (OSError, RuntimeError, AttributeError):

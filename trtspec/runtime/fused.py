@@ -43,6 +43,8 @@ from pathlib import Path
 
 import torch
 
+from trtspec.runtime import dtypes
+
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("kernels") / "decode_layer.cpp"  # it includes the headers beside it
 FLAGS = ["-O3", "-march=native", "-std=c++17", "-fopenmp"]  # -fopenmp: at::parallel_for is OpenMP (torch's own libgomp)
@@ -87,21 +89,13 @@ def build_dir(name: str) -> Path:
         return private_dir(fallback / name)
 
 
-def cpu_flags() -> str:
-    """This CPU's line of flags in /proc/cpuinfo ("" where there is none)."""
-    try:
-        return next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")), "")
-    except OSError:
-        return ""
-
-
 def build_name() -> str:
     """The extension's name: the source (and the headers beside it) and where it lies, the flags, torch's version
     and where it is installed, the Python headers, and this CPU's flags, hashed. The paths count because torch's
     build file names them: two checkouts or environments of the same source sharing one build dir rewrite it in
     turn, and each rewrite recompiles (~6 s at every engine load, measured with a worktree beside the main
     checkout)."""
-    cpu = cpu_flags()
+    cpu = dtypes.cpu_flags()
     where = [str(SOURCE.resolve()), str(Path(torch.__file__).resolve().parent), sysconfig.get_paths()["include"]]
     h = hashlib.sha256()
     sources = [SOURCE.read_bytes()] + [p.read_bytes() for p in sorted(SOURCE.parent.glob("*.h"))]

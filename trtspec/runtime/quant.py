@@ -195,8 +195,7 @@ def int8_mm_reference(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torc
     its exact integer sums with q [N, K] int8 (float64 products and sums: every partial sum is an integer below
     2^53, so exact), then float(sum) * sx[r] * s[n]."""
     xq, sx = quantize_rows(x, INT8_ACT_LEVELS)
-    sums = xq.double() @ q.double().t()  # [R, N], exact
-    return sums.float() * sx[:, None] * s.float()
+    return _scaled(xq.double() @ q.double().t(), sx, s)  # (the sums [R, N] exact)
 
 
 def w8a8_mm_reference(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
@@ -208,8 +207,14 @@ def w8a8_mm_reference(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torc
 
 def _scaled_int_mm(xq: torch.Tensor, sx: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     """xq [R, K] int8 (row scales sx [R]) times q [N, K] int8 (scales s [N]) -> [R, N] float32: the int32 sums of
-    torch._int_mm, then float(sum) * sx[r] * s[n], the kernel's order of products."""
-    return torch._int_mm(xq, q.t()).float() * sx[:, None] * s.float()
+    torch._int_mm, scaled."""
+    return _scaled(torch._int_mm(xq, q.t()), sx, s)
+
+
+def _scaled(sums: torch.Tensor, sx: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """Integer sums [R, N] (any dtype that holds them exactly) -> float(sum) * sx[r] * s[n], float32: the kernels'
+    order of products (kernels/scaled_rows.h's put_scaled), which the references must keep for the same bits."""
+    return sums.float() * sx[:, None] * s.float()
 
 
 class W8A8Linear:
@@ -321,7 +326,7 @@ def w4a8_mm_reference(x: torch.Tensor, q: torch.Tensor, m: torch.Tensor, S: torc
         qg = q[n0:n0 + LONG_PASS_ROWS].float().view(-1, ng, W4_GROUP)  # [n, ng, G]
         dots = torch.einsum("rgk,ngk->rng", xg, qg)  # [R, n, ng]
         total = (dots.long() * m[n0:n0 + LONG_PASS_ROWS].long()).sum(-1)  # [R, n]
-        y[:, n0:n0 + LONG_PASS_ROWS] = total.float() * sx[:, None] * S[n0:n0 + LONG_PASS_ROWS].float()
+        y[:, n0:n0 + LONG_PASS_ROWS] = _scaled(total, sx, S[n0:n0 + LONG_PASS_ROWS])
     return y
 
 

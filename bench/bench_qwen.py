@@ -10,7 +10,12 @@ default):
 
   hf-plain          transformers' greedy generate on the bf16 target
   hf-assisted       transformers' assisted generation with the 0.5B draft, constant K = 4 (no confidence cut-off)
+  hf-plain-fp32     transformers' greedy generate on the target in float32, compared with plain-fp32
+  hf-plain-rowexact transformers' bf16 greedy generate with every nn.Linear multiplied by trtspec's row-exact bf16
+                    matmul (runtime/linear.py's Linear, as trtspec's target calls it) and nothing else changed,
+                    compared with hf-plain: how far a greedy bf16 text follows the matmul kernel's summation order
   plain             trtspec, the torch runtime in-process (examples/qwen/plain.toml)
+  plain-fp32        the same spec served in float32 (model.dtype = "float32": 6.2 GB of weights)
   draft             draft-model, constant K = 4 (examples/qwen/draft-model.toml, adaptive K off)
   draft-int8        the same with the weight-only int8 drafter (draft-model-int8-draft.toml)
   draft-w8a8        the same with the W8A8 drafter (draft-model-w8a8-draft.toml)
@@ -89,7 +94,7 @@ GGUF = {"target": REPO / ".cache/qwen/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
         "draft": REPO / ".cache/qwen/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"}
 SETS = ("code", "edit", "chat")
 K = 4
-SPECS = {"plain": "plain", "draft": "draft-model", "draft-int8": "draft-model-int8-draft",
+SPECS = {"plain": "plain", "plain-fp32": "plain", "draft": "draft-model", "draft-int8": "draft-model-int8-draft",
          "draft-w8a8": "draft-model-w8a8-draft", "draft-w4a8": "draft-model-w4a8-draft",
          "draft-w4a8-k8": "draft-model-w4a8-draft", "ngram": "ngram",
          "suffix": "suffix", "lookahead": "lookahead", "eagle3": "eagle3", "served-plain": "plain",
@@ -97,15 +102,17 @@ SPECS = {"plain": "plain", "draft": "draft-model", "draft-int8": "draft-model-in
          "draft-int8-w4a8": "draft-model-int8-w4a8-draft",
          "plain-w8a8": "plain-w8a8", "draft-both-w8a8": "draft-model-w8a8", "plain-w4a8": "plain-w4a8",
          "draft-both-w4a8": "draft-model-w4a8"}
-ROWS = ("hf-plain", "hf-assisted", "plain", "draft", "draft-int8", "draft-w8a8", "draft-w4a8", "draft-w4a8-k8",
-        "ngram", "suffix", "lookahead", "eagle3", "plain-int8", "draft-both-int8", "draft-int8-w4a8", "plain-w8a8",
+ROWS = ("hf-plain", "hf-assisted", "hf-plain-fp32", "hf-plain-rowexact", "plain", "plain-fp32", "draft",
+        "draft-int8", "draft-w8a8", "draft-w4a8", "draft-w4a8-k8", "ngram", "suffix", "lookahead", "eagle3",
+        "plain-int8", "draft-both-int8", "draft-int8-w4a8", "plain-w8a8",
         "draft-both-w8a8", "plain-w4a8", "draft-both-w4a8", "served-plain", "served-draft", "served-draft-both-int8",
         "served-draft-both-w8a8", "served-draft-both-w4a8", "llamacpp-plain", "llamacpp-draft")
-# rows over another target than bf16 plain's: compared with its own plain decoding
+# rows over another target than bf16 plain's (or transformers' own variants): compared with their own plain row
 OWN_PLAIN = {"draft-both-int8": "plain-int8", "served-draft-both-int8": "plain-int8",
              "draft-int8-w4a8": "plain-int8",
              "draft-both-w8a8": "plain-w8a8", "served-draft-both-w8a8": "plain-w8a8",
-             "draft-both-w4a8": "plain-w4a8", "served-draft-both-w4a8": "plain-w4a8"}
+             "draft-both-w4a8": "plain-w4a8", "served-draft-both-w4a8": "plain-w4a8",
+             "hf-plain-fp32": "plain-fp32", "hf-plain-rowexact": "hf-plain"}
 
 
 def _totals() -> dict:
@@ -129,6 +136,8 @@ def _spec(name: str):
     from trtspec.check import load_spec
 
     spec = load_spec(QWEN / f"{SPECS[name]}.toml")
+    if name == "plain-fp32":
+        return spec.model_copy(update={"model": spec.model.model_copy(update={"dtype": "float32"})})
     if name in ADAPTIVE_K:
         return spec.model_copy(update={"speculative": spec.speculative.model_copy(
             update={"num_draft_tokens": ADAPTIVE_K[name]})})
@@ -219,7 +228,10 @@ def _hf(row: str, prompts: dict[str, list[str]], new: int) -> dict:
 
     tok = AutoTokenizer.from_pretrained(TARGET)
     eos = sorted(ModelConfig.from_dir(TARGET).eos_token_ids)
-    model = AutoModelForCausalLM.from_pretrained(TARGET, dtype=torch.bfloat16).eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        TARGET, dtype=torch.float32 if row == "hf-plain-fp32" else torch.bfloat16).eval()
+    if row == "hf-plain-rowexact":
+        _row_exact_linears(model)
     kw, draft_calls = {}, None
     if row == "hf-assisted":
         draft = AutoModelForCausalLM.from_pretrained(DRAFT, dtype=torch.bfloat16).eval()
@@ -243,6 +255,19 @@ def _hf(row: str, prompts: dict[str, list[str]], new: int) -> dict:
                  accepted=max(0, len(tokens) - passes) if draft_calls else 0,
                  draft_seconds=(draft_calls.seconds - s0) if draft_calls else 0.0)
     return out
+
+
+def _row_exact_linears(model) -> None:
+    """Every nn.Linear of `model` multiplied by trtspec's row-exact matmul (runtime/linear.py's Linear: oneDNN,
+    prepacked, in the row blocks its probe finds), bias inside the call as nn.Linear has it; nothing else changes."""
+    import torch
+
+    from trtspec.runtime.linear import Linear
+
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Linear):
+            lin = Linear(mod.weight.data, None if mod.bias is None else mod.bias.data, single_row=True)
+            mod.forward = lin.__call__
 
 
 def _served(row: str, prompts: dict[str, list[str]], new: int) -> dict:

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from trtspec.runtime.cache import chain_inputs  # noqa: E402
+from trtspec.runtime.dtypes import cpu_flags  # noqa: E402
 from trtspec.runtime.linear import Linear  # noqa: E402
 from trtspec.runtime.llama import Llama  # noqa: E402
 
@@ -42,10 +43,8 @@ MODELS = {"smollm2": ROOT / "examples/models/smollm2-135m-instruct",
 
 def cpu_line() -> str:
     """The CPU's model and its vector flags (avx2 / avx512* / amx*)."""
-    text = Path("/proc/cpuinfo").read_text()
-    name = re.search(r"model name\s*:\s*(.*)", text)
-    flags = re.search(r"flags\s*:\s*(.*)", text)
-    vec = sorted({f for f in (flags.group(1).split() if flags else []) if re.match(r"(avx|amx)", f)})
+    name = re.search(r"model name\s*:\s*(.*)", Path("/proc/cpuinfo").read_text())
+    vec = sorted({f for f in cpu_flags().split() if f.startswith(("avx", "amx"))})
     return f"{name.group(1) if name else '?'}; flags: {' '.join(vec)}"
 
 

@@ -124,3 +124,27 @@ def test_a_row_with_a_nan_or_an_infinity_gives_nan_and_leaves_the_other_rows(isa
     for out in (y, ref(x)):
         assert out[1].isnan().all() and out[3].isnan().all()
         assert torch.equal(out[[0, 2, 4]], clean[[0, 2, 4]])
+
+
+@pytest.mark.skipif(fused.compiler() is None, reason="no C++ compiler here")
+@pytest.mark.parametrize("isa", ["native", *ISAS])
+@pytest.mark.parametrize("kernel", ["int8", "w8a8"])
+def test_activations_round_half_to_even_in_the_vector_lanes_and_the_tail(isa, kernel):
+    """Each row's activations are rounded to integers in vectors (16 or 8 lanes) and then one by one (the tail): both
+    must round a half to the even integer, as torch.round and the references do. A row whose largest magnitude is
+    the levels themselves has the scale 1, so an identity weight returns its integers: ties in every lane and in the
+    tail (37 = 2 x 16 + 5 columns), negative ones, and -0.5 (to 0)."""
+    if isa == "native" and not fused.available():
+        pytest.skip("the fused kernel is not built here")
+    mm = getattr(torch.ops.trtspec, f"{kernel}_mm") if isa == "native" else _op(isa, kernel)
+    levels = 32767 if kernel == "int8" else 127
+    K = 37
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-levels + 1, levels - 1, (4, K), generator=g).float() + 0.5  # [4, K], every value a tie
+    x[:, 0] = levels  # the largest magnitude: scale 1
+    x[1, 5], x[2, 36], x[3, 20] = -0.5, 0.5, -levels  # -0.5 -> 0 in a lane, 0.5 -> 0 in the tail
+    q, s = torch.eye(K, dtype=torch.int8), torch.ones(K)
+    y = mm(x, pack_tiles(q) if kernel == "w8a8" else q, s)
+    want = torch.round(x)  # half to even
+    assert torch.equal(y, want)
+    assert (want != torch.floor(x + 0.5)).any()  # (ties to even differ from ties up here: the test can tell)

@@ -126,12 +126,45 @@ static inline float abs_max(const float* x, int64_t K) {
 // (a row of zeros: zeros, scale 0; a row with a NaN or an infinity: scale NaN, so its outputs are NaN, as a float
 // product's would be, not finite numbers from clamped integers); runtime/quant.py's `quantize_rows` computes the
 // same, op for op
+//
+// In vectors where the build has them, the same operations lane by lane: the product, the rounding to the nearest
+// even integer, max then min (vmaxps returns its second operand for a NaN, as std::max(-levels, NaN) does), so the
+// vector and scalar loops give the same integers. One element at a time, the loop took ~1 ns an element on one
+// thread while the other waited: ~2 % of a 9-row int8 pass of Qwen2.5-Coder-1.5B, ~4 % of a W4A8 one.
 template <typename T>
 static inline float round_row(const float* x, int64_t K, float levels, T* xq) {
+  static_assert(std::is_same_v<T, int8_t> || std::is_same_v<T, int16_t>, "int8 or int16 activations");
   const float amax = abs_max(x, K);
   const float inv = amax > 0 ? levels / amax : 0.0f;
   bool finite = true;
-  for (int64_t k = 0; k < K; ++k) {
+  int64_t k = 0;
+#if defined(__AVX512F__)
+  const __m512 vinv = _mm512_set1_ps(inv), hi = _mm512_set1_ps(levels), lo = _mm512_set1_ps(-levels);
+  __mmask16 fin = 0xFFFF;
+  for (; k + 16 <= K; k += 16) {
+    const __m512 v = _mm512_loadu_ps(x + k);
+    fin &= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_EQ_OQ);  // v - v == 0: v finite
+    const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(v, vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512i i = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi));
+    if constexpr (sizeof(T) == 2) _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + k), _mm512_cvtsepi32_epi16(i));
+    else _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + k), _mm512_cvtsepi32_epi8(i));
+  }
+  finite = fin == 0xFFFF;
+#elif defined(__AVX2__)
+  const __m256 vinv = _mm256_set1_ps(inv), hi = _mm256_set1_ps(levels), lo = _mm256_set1_ps(-levels);
+  __m256 bad = _mm256_setzero_ps();
+  for (; k + 8 <= K; k += 8) {
+    const __m256 v = _mm256_loadu_ps(x + k);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+    const __m256 r = _mm256_round_ps(_mm256_mul_ps(v, vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256i i = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));  // 8 int16, in order
+    if constexpr (sizeof(T) == 2) _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + k), w);
+    else _mm_storel_epi64(reinterpret_cast<__m128i*>(xq + k), _mm_packs_epi16(w, w));
+  }
+  finite = _mm256_movemask_ps(bad) == 0;
+#endif
+  for (; k < K; ++k) {
     finite &= std::isfinite(x[k]);
     xq[k] = static_cast<T>(std::min(levels, std::max(-levels, std::nearbyint(x[k] * inv))));
   }

@@ -216,6 +216,21 @@ def test_one_bad_first_step_does_not_switch_a_drafter_off():
     assert a.alpha > 0.5 and a.next_k() > 1
 
 
+def test_the_best_option_follows_each_new_estimate_at_every_batch():
+    """AdaptiveK keeps best() by batch while its acceptance and its rows per unit of K stay (it is asked at every
+    step of every request): after each update, and at each batch, it is the module's best() of the new estimate."""
+    price = Price(table({1: 1.0, 4: 1.1, 5: 2.0, 64: 30.0}, 0.1).verify_seconds, 0.1)
+    a = AdaptiveK(CHAIN, AdaptiveConfig(history=2), price)
+    seen = set()
+    for accepted, nodes in [(8, 8), (0, 8), (3, 16), (1, 4), (8, 8)]:
+        for b in (1, 2, 4, 1):
+            want = best(1.0 if a.alpha is None else a.alpha, CHAIN, price, b, a.width)
+            assert a.best(b) == want
+            seen.add(want)
+        a.update(8, accepted, 8, nodes)
+    assert len(seen) > 2  # (the estimates moved the answer: a stale one would show)
+
+
 def test_a_batch_is_priced_by_its_total_rows():
     """A verify pass that is flat up to 8 rows and then steep: one request drafts 7 (8 rows), four together
     draft 1 (8 rows in all), eight together nothing."""

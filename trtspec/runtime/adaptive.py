@@ -127,12 +127,21 @@ class AdaptiveK:
         self.steps, self.off, self.probing = 0, 0, False
         self.failed_probes = 0  # in a row
         self._could: tuple[tuple[int, float] | None, bool] = (None, False)
+        # best() by batch while the acceptance and the width stay: asked at every step of every request (twice
+        # where drafting pays alone but not at the batch), and they change only in update()
+        self._best: tuple[tuple[float | None, float] | None, dict[int, tuple[int, float]]] = (None, {})
 
     def best(self, batch: int = 1) -> tuple[int, float]:
         """(budget, expected speedup) of the best option at `batch` for the acceptance seen so far."""
         if self.k_max == 0:
             return 0, 1.0
-        return best(1.0 if self.alpha is None else self.alpha, self.options, self.price, batch, self.width)
+        key = (self.alpha, self.width)
+        if self._best[0] != key:
+            self._best = key, {}
+        memo = self._best[1]
+        if batch not in memo:
+            memo[batch] = best(1.0 if self.alpha is None else self.alpha, self.options, self.price, batch, self.width)
+        return memo[batch]
 
     @property
     def k(self) -> int:

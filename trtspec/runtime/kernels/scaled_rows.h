@@ -130,7 +130,8 @@ static inline float abs_max(const float* x, int64_t K) {
 // In vectors where the build has them, the same operations lane by lane: the product, the rounding to the nearest
 // even integer, max then min (vmaxps returns its second operand for a NaN, as std::max(-levels, NaN) does), so the
 // vector and scalar loops give the same integers. One element at a time, the loop took ~1 ns an element on one
-// thread while the other waited: ~2 % of a 9-row int8 pass of Qwen2.5-Coder-1.5B (of a W4A8 one, with its groups' sums, ~4 %).
+// thread while the other waited: ~2 % of a 9-row int8 pass of Qwen2.5-Coder-1.5B (~4 % of a W4A8 one, with its
+// groups' sums).
 template <typename T>
 static inline float round_row(const float* x, int64_t K, float levels, T* xq) {
   static_assert(std::is_same_v<T, int8_t> || std::is_same_v<T, int16_t>, "int8 or int16 activations");

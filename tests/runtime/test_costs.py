@@ -222,7 +222,7 @@ def test_the_best_option_follows_each_new_estimate_at_every_batch():
     price = Price(table({1: 1.0, 4: 1.1, 5: 2.0, 64: 30.0}, 0.1).verify_seconds, 0.1)
     a = AdaptiveK(CHAIN, AdaptiveConfig(history=2), price)
     seen = set()
-    for accepted, nodes in [(8, 8), (0, 8), (3, 16), (1, 4), (8, 8)]:
+    for accepted, nodes in [(8, 8), (8, 16), (0, 8), (3, 16), (1, 4), (8, 8)]:  # (8, 16): the width alone moves
         for b in (1, 2, 4, 1):
             want = best(1.0 if a.alpha is None else a.alpha, CHAIN, price, b, a.width)
             assert a.best(b) == want

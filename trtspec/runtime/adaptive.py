@@ -126,22 +126,24 @@ class AdaptiveK:
         self.acc = self.trials = 0.0
         self.steps, self.off, self.probing = 0, 0, False
         self.failed_probes = 0  # in a row
-        self._could: tuple[tuple[int, float] | None, bool] = (None, False)
-        # best() by batch while the acceptance and the width stay: asked at every step of every request (twice
-        # where drafting pays alone but not at the batch), and they change only in update()
-        self._best: tuple[tuple[float | None, float] | None, dict[int, tuple[int, float]]] = (None, {})
+        # the module's best() by (alpha, batch), kept while the estimate and the width stay (they change only in
+        # update()): priced at every step of every request, up to three times (at its batch, alone, at alpha = 1)
+        self._priced: tuple[tuple[float | None, float] | None, dict[tuple[float, int], tuple[int, float]]] = (None, {})
+
+    def _best_at(self, alpha: float, batch: int) -> tuple[int, float]:
+        key = (self.alpha, self.width)
+        if self._priced[0] != key:
+            self._priced = key, {}
+        memo = self._priced[1]
+        if (alpha, batch) not in memo:
+            memo[alpha, batch] = best(alpha, self.options, self.price, batch, self.width)
+        return memo[alpha, batch]
 
     def best(self, batch: int = 1) -> tuple[int, float]:
         """(budget, expected speedup) of the best option at `batch` for the acceptance seen so far."""
         if self.k_max == 0:
             return 0, 1.0
-        key = (self.alpha, self.width)
-        if self._best[0] != key:
-            self._best = key, {}
-        memo = self._best[1]
-        if batch not in memo:
-            memo[batch] = best(1.0 if self.alpha is None else self.alpha, self.options, self.price, batch, self.width)
-        return memo[batch]
+        return self._best_at(1.0 if self.alpha is None else self.alpha, batch)
 
     @property
     def k(self) -> int:
@@ -165,10 +167,7 @@ class AdaptiveK:
 
     def could_pay(self, batch: int = 1) -> bool:
         """Whether any option would pay at `batch` with every draft accepted (α = 1)."""
-        key = (batch, self.width)
-        if self._could[0] != key:  # (asked at every step: kept while the batch and the width stay)
-            self._could = key, self.k_max > 0 and best(1.0, self.options, self.price, batch, self.width)[1] > 1.0
-        return self._could[1]
+        return self.k_max > 0 and self._best_at(1.0, batch)[1] > 1.0
 
     def next_k(self, batch: int = 1) -> int:
         if self.off > 0:

@@ -1,6 +1,7 @@
 """What the benchmark scripts share (bench_smollm2, bench_eagle3, bench_training_free, bench_served_threads,
-bench_qwen): the prompt-set reader, transformers' greedy generation, the per-run accumulator their tables are
-made from, and a spec's deployment built into a temp dir and served by the bundled Triton."""
+bench_qwen, bench_rows, bench_costs, bench_memory): the prompt-set reader, transformers' greedy generation, the
+per-run accumulator their tables are made from, a spec's deployment built into a temp dir and served by the
+bundled Triton, and the CPU's model and vector flags that every table prints beside its timings."""
 
 from __future__ import annotations
 
@@ -11,6 +12,23 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+
+def cpu_model() -> str:
+    """This CPU's model name ("?" where /proc/cpuinfo has none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "?"
+    return next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), "?")
+
+
+def vector_flags(prefixes: tuple[str, ...] = ("avx", "amx")) -> list[str]:
+    """This CPU's flags that start with one of `prefixes`, in /proc/cpuinfo's order (runtime/dtypes.py's
+    `cpu_flags`, the one reader of them)."""
+    from trtspec.runtime.dtypes import cpu_flags
+
+    return [f for f in cpu_flags().split() if f.startswith(prefixes)]
 
 
 def jsonl_prompts(path: Path, n: int) -> list[str]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from bench._common import Meter, jsonl_prompts  # noqa: E402
+from bench._common import Meter, cpu_model, jsonl_prompts, vector_flags  # noqa: E402
 from trtspec import methods  # noqa: E402
 from trtspec.artifacts.tokenizer import chat_prompt_ids  # noqa: E402
 from trtspec.check import load_spec  # noqa: E402
@@ -49,17 +48,6 @@ TARGETS = {"fp32": SMOL / "ngram.toml", "int8": SMOL / "ngram-int8.toml"}
 SETS = {"chat": SMOL / "chat.jsonl", "code": SMOL / "code.jsonl", "edit": SMOL / "edit.jsonl"}
 FIXED_C = CostTable({1: 1.0, 1 << 16: 1.0}, {"*": 0.15}, "fixed c = 0.15")  # rows free: flat to 65536
 RUNS = ("plain", "fixed c", "measured")
-
-
-def cpu_flags() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return "?"
-    flags = next((line.split(":", 1)[1].split() for line in out.splitlines() if line.startswith("Flags")), [])
-    model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
-    keep = sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "f16c")))
-    return f"{model}; {' '.join(keep)}"
 
 
 def engines(spec_path: Path):
@@ -88,7 +76,8 @@ def main() -> None:
     from trtspec.cli.status import cost_table
 
     console = Console(width=150)
-    console.print(f"CPU: {cpu_flags()}; {os.cpu_count()} cores, {args.threads} threads")
+    flags = " ".join(sorted(vector_flags(("avx", "amx", "fma", "f16c"))))
+    console.print(f"CPU: {cpu_model()}; {flags}; {os.cpu_count()} cores, {args.threads} threads")
     before = os.getloadavg()
     results: dict[str, dict[str, dict[str, Meter]]] = {}
     for tname, path in TARGETS.items():

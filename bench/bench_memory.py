@@ -141,14 +141,14 @@ def main() -> None:
     if args.child:
         return child(args.child, args.configs)
 
+    from bench._common import vector_flags
     from trtspec.check import load_spec
-    from trtspec.runtime.dtypes import cpu_flags
 
     specs = [load_spec(c) for c in args.configs]
     wb = weight_bytes(specs[0])
     print(f"weights of {specs[0].name} in {specs[0].model.dtype}: {wb / 1e9:.2f} GB")
     print(f"uptime: {os.popen('uptime').read().strip()}")
-    flags = sorted({f for f in cpu_flags().split() if f.startswith(("avx", "amx"))})
+    flags = sorted(vector_flags())
     print(f"cpu flags: {' '.join(flags)}; threads {os.cpu_count()}")
     print("\n| scenario | stage | RSS GB | peak GB | peak x weights |\n|---|---|---|---|---|")
     for mode in ("load", "engine"):

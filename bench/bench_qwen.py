@@ -72,7 +72,6 @@ import json
 import multiprocessing
 import os
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -83,7 +82,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._common import jsonl_prompts  # noqa: E402
+from bench._common import cpu_model, jsonl_prompts, vector_flags  # noqa: E402
 
 EXAMPLES = Path(os.environ.get("BENCH_QWEN_EXAMPLES", REPO / "examples"))  # --examples (the rows' processes read it)
 QWEN = EXAMPLES / "qwen"
@@ -392,15 +391,8 @@ def show(results: dict[str, dict], sets: list[str], args) -> None:
 
 
 def machine() -> str:
-    flags = ""
-    try:
-        info = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-        model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("Model name")), "")
-        found = next((line for line in info.splitlines() if line.startswith("Flags")), "").split()
-        flags = " ".join(f for f in found if f.startswith(("avx512_bf16", "avx512f", "avx2", "amx", "avx512_vnni")))
-    except OSError:
-        model = "?"
-    return f"{model}; lscpu flags: {flags or '-'}; {os.cpu_count()} cores"
+    flags = " ".join(vector_flags(("avx512_bf16", "avx512f", "avx2", "amx", "avx512_vnni")))
+    return f"{cpu_model()}; lscpu flags: {flags or '-'}; {os.cpu_count()} cores"
 
 
 def main() -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -32,20 +31,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._common import cpu_model, vector_flags  # noqa: E402
 from trtspec.runtime.cache import chain_inputs  # noqa: E402
-from trtspec.runtime.dtypes import cpu_flags  # noqa: E402
 from trtspec.runtime.linear import Linear  # noqa: E402
 from trtspec.runtime.llama import Llama  # noqa: E402
 
 MODELS = {"smollm2": ROOT / "examples/models/smollm2-135m-instruct",
           "qwen": ROOT / "examples/models/qwen2.5-coder-1.5b-instruct"}
-
-
-def cpu_line() -> str:
-    """The CPU's model and its vector flags (avx2 / avx512* / amx*)."""
-    name = re.search(r"model name\s*:\s*(.*)", Path("/proc/cpuinfo").read_text())
-    vec = sorted({f for f in cpu_flags().split() if f.startswith(("avx", "amx"))})
-    return f"{name.group(1) if name else '?'}; flags: {' '.join(vec)}"
 
 
 def load(path: Path, dtype: str, context: int, max_rows: int) -> Llama:
@@ -146,7 +138,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     rows = [int(r) for r in args.rows.split(",")]
     paths = dict(MODELS, **({"qwen": args.qwen} if args.qwen else {}))
-    print(f"# {cpu_line()}")
+    print(f"# {cpu_model()}; flags: {' '.join(sorted(vector_flags()))}")
     print(f"# torch {torch.__version__}, {args.threads} threads, context {args.context}, best of {args.reps}, "
           f"load average before {os.getloadavg()}")
     print("| model | dtype | runtime | rows | ms | x one row | weights GB/s | rows exact |")

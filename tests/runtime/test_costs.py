@@ -13,7 +13,7 @@ from trtspec import methods
 from trtspec.check import load_spec
 from trtspec.errors import SpecError
 from trtspec.runtime import costs
-from trtspec.runtime.adaptive import AdaptiveConfig, AdaptiveK, Price, best, expected_tokens
+from trtspec.runtime.adaptive import AdaptiveConfig, AdaptiveK, Price, SharedAcceptance, best, expected_tokens
 from trtspec.runtime.costs import CostTable
 from trtspec.runtime.request import Request
 from trtspec.runtime.sampling import SamplingParams
@@ -306,6 +306,53 @@ def test_a_step_of_mixed_budgets_is_priced_together_and_a_lone_probe_waits():
     for r in testing:
         r.adaptive.update(1, 0, 1)  # one rejected draft: an estimate of 0 on one step, still being tested
     assert SpecEngine._cap_together(None, testing, [1, 1, 1]) == [1, 1, 1]
+
+
+def shared_at(alpha_steps: list[tuple[int, int]], least: int = 2) -> SharedAcceptance:
+    shared = SharedAcceptance(least=least)
+    for accepted, trials in alpha_steps:
+        shared.add(accepted, trials)
+    return shared
+
+
+def test_a_new_request_under_load_is_priced_at_its_drafters_shared_acceptance():
+    """Rows up to 4 free, 8 rows 1.6 decode steps, a draft step 0.1: at batch 4, K = 1 pays only above an
+    acceptance of 0.7. A new request (no estimate of its own) whose drafter's recent requests accepted nothing
+    does not explore at batch 4 at alpha = 1 (each such test cost the whole batch its padded rows); alone it
+    still does, and once its own `history` steps decide, its own acceptance prices it."""
+    from trtspec.runtime.adaptive import together
+
+    price = Price(CostTable({1: 1.0, 4: 1.0, 8: 1.6, 64: 40.0}).verify_seconds, 0.1)
+    cfg = AdaptiveConfig(history=4)
+    assert AdaptiveK(CHAIN[:4], cfg, price).next_k(4) == 1  # no shared acceptance: alpha = 1, it explores
+    assert AdaptiveK(CHAIN[:4], cfg, price, shared_at([(0, 1)])).next_k(4) == 1  # one request-step is not one yet
+    low, high = shared_at([(0, 1), (0, 1)]), shared_at([(1, 1), (1, 1)])
+    assert (low.alpha, high.alpha) == (0.0, 1.0)
+    new = AdaptiveK(CHAIN[:4], cfg, price, low)
+    assert new.next_k(4) == 0 and new.next_k(2) == 0 and new.next_k(1) > 0
+    assert AdaptiveK(CHAIN[:4], cfg, price, high).next_k(4) == 1
+    assert together([(new, 1)] * 4) == pytest.approx(price.speedup(0.0, 1, 1, 4))  # priced at 0, not at 1
+    for _ in range(4):
+        new.update(1, 1, 1)  # its own history: every draft accepted (and fed to the shared acceptance)
+    assert new.shared_alpha is None and new.alpha == 1.0 and new.next_k(4) == 1
+    assert 0.0 < low.alpha < 1.0 and low.count == 6
+
+
+def test_only_greedy_and_unseeded_requests_share_their_drafters_acceptance():
+    """A seeded sampled request's K must not depend on what else runs: it neither reads nor feeds it."""
+    price = Price(CostTable({1: 1.0, 64: 1.0}).verify_seconds, 0.1)
+    shared = shared_at([(0, 1), (0, 1)])
+
+    def request(**kw) -> Request:
+        return Request([1, 2], SamplingParams(max_new_tokens=64, **kw), lambda ev: None, frozenset(), 4,
+                       AdaptiveConfig(), CHAIN[:4], price, shared=shared)
+
+    assert request().adaptive.shared is shared and request(temperature=1.0).adaptive.shared is shared
+    seeded = request(temperature=1.0, seed=3)
+    assert seeded.adaptive.shared is None and request(num_draft_tokens=2).adaptive.shared is None
+    seeded.last_k = 4
+    seeded.learn(4, 4)
+    assert shared.count == 2
 
 
 def test_a_drafter_that_lags_drafts_only_where_catching_up_pays_back():

@@ -90,6 +90,31 @@ def best(alpha: float, options: Sequence[tuple[int, int]], price: Price, batch: 
     return choice, gain
 
 
+class SharedAcceptance:
+    """The acceptance of one drafter's recent requests, pooled over all of them (an EMA over ~`span` request-steps,
+    pooled as AdaptiveK pools one request's): what a request that has no estimate of its own yet prices a step of
+    several requests at, instead of α = 1 (AdaptiveK.shared_alpha). None until `least` request-steps have fed it
+    (one step's few drafts are not an estimate). Only greedy and unseeded requests read and feed it: their K may
+    follow what else runs; a seeded sampled request's must not (Request.follows_batch)."""
+
+    def __init__(self, span: int = 64, least: int = 8):
+        self.weight, self.least = 2.0 / (span + 1), least
+        self.acc = self.trials = 0.0
+        self.count = 0
+
+    @property
+    def alpha(self) -> float | None:
+        return self.acc / self.trials if self.count >= self.least else None
+
+    def add(self, accepted: int, trials: int) -> None:
+        """One request-step's accepted drafts and drafts tested (trials >= 1): the mean of the first ones, then the
+        EMA (each first step would otherwise weigh as much as the span)."""
+        self.count += 1
+        w = max(self.weight, 1.0 / self.count)
+        self.acc += w * (accepted - self.acc)
+        self.trials += w * (trials - self.trials)
+
+
 def best_option(alpha: float, options: Sequence[tuple[int, int]], price: Price, batch: int = 1) -> int:
     """The budget of `best`."""
     return best(alpha, options, price, batch)[0]
@@ -109,12 +134,17 @@ class AdaptiveK:
     to 16x), then probes once with the smallest option; the probe's acceptance restarts α̂. At a batch where no
     option would pay even at α = 1 it drafts nothing, neither tests nor probes (a probe waits for a batch where
     it could turn drafting on): such a probe cost the whole batch its padded rows and a drafter's catch-up, and
-    taught nothing that batch could use (the W4A8 Qwen pair at 4 concurrent requests, docs/qwen.md). Deterministic
-    given the acceptance history and the price (the cost table is fixed once measured), so seeded sampling
-    stays reproducible.
+    taught nothing that batch could use (the W4A8 Qwen pair at 4 concurrent requests, docs/qwen.md). For the same
+    reason, at a batch of several requests a request with fewer than `history` steps of its own is priced at its
+    drafter's acceptance shared among greedy and unseeded requests (`shared`, once known) instead of α = 1 or its
+    few steps: under load every new request of the demo pair tested K = 1 at 16 requests at α = 1, where the
+    drafter's 0.7 does not pay (docs/costs.md). Deterministic given the acceptance history and the price (the cost
+    table is fixed once measured), so seeded sampling stays reproducible (a seeded sampled request has no
+    `shared`).
     """
 
-    def __init__(self, options: Sequence[tuple[int, int]], cfg: AdaptiveConfig, price: Price):
+    def __init__(self, options: Sequence[tuple[int, int]], cfg: AdaptiveConfig, price: Price,
+                 shared: SharedAcceptance | None = None):
         k_max = max((b for b, _ in options), default=0)
         self.k_max, self.price = k_max, price
         self.options = sorted(o for o in options if o[0] >= min(cfg.min_draft_tokens, k_max)) or [(0, 0)]
@@ -126,12 +156,13 @@ class AdaptiveK:
         self.acc = self.trials = 0.0
         self.steps, self.off, self.probing = 0, 0, False
         self.failed_probes = 0  # in a row
-        # the module's best() by (alpha, batch), kept while the estimate and the width stay (they change only in
-        # update()): priced at every step of every request, up to three times (at its batch, alone, at alpha = 1)
-        self._priced: tuple[tuple[float | None, float] | None, dict[tuple[float, int], tuple[int, float]]] = (None, {})
+        self.shared = shared  # its drafter's acceptance over recent requests (None: priced at α = 1 until its own)
+        # the module's best() by (alpha, batch), kept while the estimates and the width stay (they change only in
+        # update()s): priced at every step of every request, up to three times (at its batch, alone, at alpha = 1)
+        self._priced: tuple[tuple | None, dict[tuple[float, int], tuple[int, float]]] = (None, {})
 
     def _best_at(self, alpha: float, batch: int) -> tuple[int, float]:
-        key = (self.alpha, self.width)
+        key = (self.alpha, self.width, self.shared_alpha)
         if self._priced[0] != key:
             self._priced = key, {}
         memo = self._priced[1]
@@ -143,7 +174,8 @@ class AdaptiveK:
         """(budget, expected speedup) of the best option at `batch` for the acceptance seen so far."""
         if self.k_max == 0:
             return 0, 1.0
-        return self._best_at(1.0 if self.alpha is None else self.alpha, batch)
+        shared = self.shared_alpha if batch > 1 else None
+        return self._best_at(shared if shared is not None else 1.0 if self.alpha is None else self.alpha, batch)
 
     @property
     def k(self) -> int:
@@ -156,9 +188,19 @@ class AdaptiveK:
         return self.best(batch)[1] > 1.0
 
     @property
+    def shared_alpha(self) -> float | None:
+        """The drafter's shared acceptance where this request prices a step of several requests at it: while it
+        has fewer than `history` steps of its own and is not probing (None: no shared acceptance, or its own)."""
+        s = self.shared
+        return s.alpha if s is not None and self.steps < self.history and not self.probing else None
+
+    @property
     def exploring_alpha(self) -> float:
-        """The acceptance a step prices this request's draft at: α̂, or 1 while it explores (no estimate yet, a
-        low first estimate still being tested, a probe)."""
+        """The acceptance a step of several requests prices this request's draft at: α̂, the drafter's shared
+        acceptance while the request has too few steps of its own, or 1 while it explores without one (no
+        estimate yet, a low first estimate still being tested, a probe)."""
+        if self.shared_alpha is not None:
+            return self.shared_alpha
         return 1.0 if self.alpha is None or self.probing or self.steps < self.history else self.alpha
 
     def depth_of(self, budget: int) -> int:
@@ -174,6 +216,9 @@ class AdaptiveK:
             self.off -= 1
             self.probing = self.off == 0
             return 0
+        if batch > 1 and self.shared_alpha is not None:  # priced at its drafter's: drafts where that pays, else waits
+            budget, gain = self.best(batch)
+            return budget if gain > 1.0 else 0
         if not self.could_pay(batch):  # nothing to learn at this batch: no probe, no test (they wait for a smaller one)
             return 0
         if self.probing:
@@ -194,6 +239,8 @@ class AdaptiveK:
             w = nodes / k  # rows per unit of K this draft really had
             self.width = w if self.alpha is None else self.width + self.weight * (w - self.width)
         trials = accepted + (1 if accepted < depth else 0)  # drafts tested: the accepted ones and the rejected one
+        if self.shared is not None:
+            self.shared.add(accepted, trials)
         probe = self.probing
         if self.probing or self.alpha is None:
             self.steps = self.history if self.probing else self.steps + 1  # a probe decides at once
@@ -218,8 +265,9 @@ def together(choices: Sequence[tuple[AdaptiveK, int]]) -> float:
     drafter stepping as deep as the deepest draft, each request emitting its own E[tau] (1 without a draft).
     Every request prices as if the others drafted what it does (Price.speedup); this is what a step of mixed
     budgets costs: one request's probe among three plain rows pays the padded rows and the batch's draft steps
-    for one request's tokens. A request that explores (a probe, a test) counts at α = 1: what it tests is
-    whether its acceptance is higher than its estimate."""
+    for one request's tokens. A request that explores (a probe, a test) counts at α = 1, what it tests being
+    whether its acceptance is higher than its estimate, or at its drafter's shared acceptance where it is priced
+    at that (AdaptiveK.exploring_alpha)."""
     batch = len(choices)
     tokens, rows, draft = 0.0, 1.0, 0.0
     for a, k in choices:

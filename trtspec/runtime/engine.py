@@ -30,7 +30,7 @@ import torch
 from trtspec.artifacts.tokenizer import load_tokenizer
 from trtspec.errors import GenerationError
 from trtspec.runtime import costs as cost_table
-from trtspec.runtime.adaptive import AdaptiveConfig, Price, load_cap, together
+from trtspec.runtime.adaptive import AdaptiveConfig, Price, SharedAcceptance, load_cap, together
 from trtspec.runtime.cache import chain_inputs, draft_inputs
 from trtspec.runtime.costs import CostTable
 from trtspec.runtime.llama import Llama
@@ -75,6 +75,8 @@ class SpecEngine:
         self.routed = isinstance(self.proposer, RoutedProposer)
         self.plans = self.proposer.plans if self.routed else [self.plan]
         self.drafter_names = list(self.proposer.names) if self.routed else []
+        # each drafter's acceptance over its recent greedy and unseeded requests: a new one's price under load
+        self.shared = [SharedAcceptance(least=adaptive.history) for _ in self.plans]
         self.method = self.proposer.name if self.k_max > 0 else "none"  # a method's name (trtspec.methods)
         eos = set(target.cfg.eos_token_ids)
         if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
@@ -242,7 +244,7 @@ class SpecEngine:
         if params.end_id is not None:
             eos = frozenset([params.end_id]) if params.end_id >= 0 else frozenset()
         req = Request(prompt, params, on_event, eos, plan.k_max, self.adaptive, plan.options, self.prices[drafter],
-                      self.tokenizer)
+                      self.tokenizer, self.shared[drafter])
         req.drafter = drafter
         return req
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from trtspec.errors import GenerationError
-from trtspec.runtime.adaptive import AdaptiveConfig, AdaptiveK, Price
+from trtspec.runtime.adaptive import AdaptiveConfig, AdaptiveK, Price, SharedAcceptance
 from trtspec.runtime.detok import TextStream
 from trtspec.runtime.sampling import SamplingParams
 from trtspec.runtime.stats import RequestStats
@@ -143,7 +143,7 @@ class Request:
 
     def __init__(self, prompt: list[int], params: SamplingParams, on_event: Callable[[StepEvent], None],
                  eos: frozenset[int], k_max: int, adaptive: AdaptiveConfig, options: Sequence[tuple[int, int]],
-                 price: Price, tokenizer=None):
+                 price: Price, tokenizer=None, shared: SharedAcceptance | None = None):
         self.id = f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
         self.prompt, self.params, self.on_event, self.eos = prompt, params, on_event, eos
         self.seq: list[int] = list(prompt)
@@ -153,11 +153,13 @@ class Request:
             self.gen.manual_seed(params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little"))
         fixed = params.num_draft_tokens
         self.fixed_k = None if fixed is None else min(fixed, k_max)
-        self.adaptive = AdaptiveK(options, adaptive if fixed is None else AdaptiveConfig(enabled=False), price)
         self.use_adaptive = fixed is None and adaptive.enabled
         self.load_capped = fixed is None and (params.greedy or params.seed is None)  # see load_cap
-        # adaptive K priced at the step's batch (the engine may cap it with the batch's other requests)
+        # adaptive K priced at the step's batch (the engine may cap it with the batch's other requests), and by its
+        # drafter's acceptance shared among such requests (`shared`) until it has its own
         self.follows_batch = self.use_adaptive and self.load_capped
+        self.adaptive = AdaptiveK(options, adaptive if fixed is None else AdaptiveConfig(enabled=False), price,
+                                  shared if self.follows_batch else None)
         self.text = None if tokenizer is None else TextStream(tokenizer, params.stop)
         self.stats = RequestStats()
         self.t_submit = time.perf_counter()

@@ -336,6 +336,24 @@ def test_a_new_request_under_load_is_priced_at_its_drafters_shared_acceptance():
         new.update(1, 1, 1)  # its own history: every draft accepted (and fed to the shared acceptance)
     assert new.shared_alpha is None and new.alpha == 1.0 and new.next_k(4) == 1
     assert 0.0 < low.alpha < 1.0 and low.count == 6
+    testing = AdaptiveK(CHAIN[:4], cfg, price, shared_at([(0, 1), (0, 1)]))
+    testing.update(1, 0, 1)  # one rejected draft of its own: an estimate of 0 it keeps testing, as without one
+    assert testing.shared_alpha is None and testing.next_k(4) == 1
+
+
+def test_a_shared_acceptance_that_new_requests_waited_on_is_tested_again():
+    """A drafter priced off under load is not off for good: after `span` new requests in a row waited on its shared
+    acceptance (none fed it), new requests explore at alpha = 1 again; the first step fed restores it."""
+    price = Price(CostTable({1: 1.0, 4: 1.0, 8: 1.6, 64: 40.0}).verify_seconds, 0.1)
+    shared = SharedAcceptance(span=3, least=1)
+    shared.add(0, 1)
+    waiting = [AdaptiveK(CHAIN[:4], AdaptiveConfig(history=4), price, shared) for _ in range(3)]
+    assert [a.next_k(4) for a in waiting[:2]] == [0, 0] and shared.waited == 2
+    assert waiting[0].next_k(4) == 0 and shared.waited == 2  # a request counts once
+    assert waiting[2].next_k(4) == 0 and shared.waited == 3 and shared.alpha is None
+    assert [a.next_k(4) for a in waiting] == [1, 1, 1]  # tested again at alpha = 1
+    waiting[0].update(1, 1, 1)
+    assert shared.waited == 0 and shared.alpha == 0.5 and waiting[1].next_k(4) == 0
 
 
 def test_only_greedy_and_unseeded_requests_share_their_drafters_acceptance():

@@ -92,24 +92,28 @@ def best(alpha: float, options: Sequence[tuple[int, int]], price: Price, batch: 
 
 class SharedAcceptance:
     """The acceptance of one drafter's recent requests, pooled over all of them (an EMA over ~`span` request-steps,
-    pooled as AdaptiveK pools one request's): what a request that has no estimate of its own yet prices a step of
+    pooled as AdaptiveK pools one request's): what a new request (no acceptance of its own yet) prices a step of
     several requests at, instead of α = 1 (AdaptiveK.shared_alpha). None until `least` request-steps have fed it
-    (one step's few drafts are not an estimate). Only greedy and unseeded requests read and feed it: their K may
-    follow what else runs; a seeded sampled request's must not (Request.follows_batch)."""
+    (one step's few drafts are not an estimate), and again once `span` new requests in a row waited on it (their
+    drafter is then tested again at α = 1, so a drafter priced off under load is not off for good: its requests'
+    acceptance may have changed). Only greedy and unseeded requests read and feed it: their K may follow what else
+    runs; a seeded sampled request's must not (Request.follows_batch)."""
 
     def __init__(self, span: int = 64, least: int = 8):
-        self.weight, self.least = 2.0 / (span + 1), least
+        self.weight, self.least, self.span = 2.0 / (span + 1), least, span
         self.acc = self.trials = 0.0
         self.count = 0
+        self.waited = 0  # new requests that waited on it since it was last fed
 
     @property
     def alpha(self) -> float | None:
-        return self.acc / self.trials if self.count >= self.least else None
+        return self.acc / self.trials if self.count >= self.least and self.waited < self.span else None
 
     def add(self, accepted: int, trials: int) -> None:
         """One request-step's accepted drafts and drafts tested (trials >= 1): the mean of the first ones, then the
         EMA (each first step would otherwise weigh as much as the span)."""
         self.count += 1
+        self.waited = 0
         w = max(self.weight, 1.0 / self.count)
         self.acc += w * (accepted - self.acc)
         self.trials += w * (trials - self.trials)
@@ -135,12 +139,12 @@ class AdaptiveK:
     option would pay even at α = 1 it drafts nothing, neither tests nor probes (a probe waits for a batch where
     it could turn drafting on): such a probe cost the whole batch its padded rows and a drafter's catch-up, and
     taught nothing that batch could use (the W4A8 Qwen pair at 4 concurrent requests, docs/qwen.md). For the same
-    reason, at a batch of several requests a request with fewer than `history` steps of its own is priced at its
-    drafter's acceptance shared among greedy and unseeded requests (`shared`, once known) instead of α = 1 or its
-    few steps: under load every new request of the demo pair tested K = 1 at 16 requests at α = 1, where the
-    drafter's 0.7 does not pay (docs/costs.md). Deterministic given the acceptance history and the price (the cost
-    table is fixed once measured), so seeded sampling stays reproducible (a seeded sampled request has no
-    `shared`).
+    reason, at a batch of several requests a request with no acceptance of its own yet is priced at its drafter's
+    acceptance shared among greedy and unseeded requests (`shared`, once known) instead of α = 1: under load every
+    new request of the demo pair tested K = 1 at 16 requests at α = 1, where the drafter's 0.7 does not pay
+    (docs/costs.md). Once it has one, it tests a low first estimate as above. Deterministic given the acceptance
+    history and the price (the cost table is fixed once measured), so seeded sampling stays reproducible (a seeded
+    sampled request has no `shared`).
     """
 
     def __init__(self, options: Sequence[tuple[int, int]], cfg: AdaptiveConfig, price: Price,
@@ -157,6 +161,7 @@ class AdaptiveK:
         self.steps, self.off, self.probing = 0, 0, False
         self.failed_probes = 0  # in a row
         self.shared = shared  # its drafter's acceptance over recent requests (None: priced at α = 1 until its own)
+        self.waited = False  # whether it waited on the shared acceptance (counted there once)
         # the module's best() by (alpha, batch), kept while the estimates and the width stay (they change only in
         # update()s): priced at every step of every request, up to three times (at its batch, alone, at alpha = 1)
         self._priced: tuple[tuple | None, dict[tuple[float, int], tuple[int, float]]] = (None, {})
@@ -190,15 +195,15 @@ class AdaptiveK:
     @property
     def shared_alpha(self) -> float | None:
         """The drafter's shared acceptance where this request prices a step of several requests at it: while it
-        has fewer than `history` steps of its own and is not probing (None: no shared acceptance, or its own)."""
+        has no estimate of its own (None: no shared acceptance known, or its own)."""
         s = self.shared
-        return s.alpha if s is not None and self.steps < self.history and not self.probing else None
+        return s.alpha if s is not None and self.alpha is None else None
 
     @property
     def exploring_alpha(self) -> float:
         """The acceptance a step of several requests prices this request's draft at: α̂, the drafter's shared
-        acceptance while the request has too few steps of its own, or 1 while it explores without one (no
-        estimate yet, a low first estimate still being tested, a probe)."""
+        acceptance while the request has no estimate of its own, or 1 while it explores without one (no estimate
+        yet, a low first estimate still being tested, a probe)."""
         if self.shared_alpha is not None:
             return self.shared_alpha
         return 1.0 if self.alpha is None or self.probing or self.steps < self.history else self.alpha
@@ -218,7 +223,12 @@ class AdaptiveK:
             return 0
         if batch > 1 and self.shared_alpha is not None:  # priced at its drafter's: drafts where that pays, else waits
             budget, gain = self.best(batch)
-            return budget if gain > 1.0 else 0
+            if gain > 1.0:
+                return budget
+            if not self.waited:
+                self.waited = True
+                self.shared.waited += 1
+            return 0
         if not self.could_pay(batch):  # nothing to learn at this batch: no probe, no test (they wait for a smaller one)
             return 0
         if self.probing:

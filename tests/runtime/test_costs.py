@@ -342,10 +342,10 @@ def test_a_new_request_under_load_is_priced_at_its_drafters_shared_acceptance():
 
 
 def test_a_shared_acceptance_that_new_requests_waited_on_is_tested_again():
-    """A drafter priced off under load is not off for good: after `span` new requests in a row waited on its shared
-    acceptance (none fed it), new requests explore at alpha = 1 again; the first step fed restores it."""
+    """A drafter priced off under load is not off for good: after `patience` new requests in a row waited on its
+    shared acceptance (none fed it), new requests explore at alpha = 1 again; the first step fed restores it."""
     price = Price(CostTable({1: 1.0, 4: 1.0, 8: 1.6, 64: 40.0}).verify_seconds, 0.1)
-    shared = SharedAcceptance(span=3, least=1)
+    shared = SharedAcceptance(least=1, patience=3)
     shared.add(0, 1)
     waiting = [AdaptiveK(CHAIN[:4], AdaptiveConfig(history=4), price, shared) for _ in range(3)]
     assert [a.next_k(4) for a in waiting[:2]] == [0, 0] and shared.waited == 2

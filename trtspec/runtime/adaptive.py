@@ -94,20 +94,22 @@ class SharedAcceptance:
     """The acceptance of one drafter's recent requests, pooled over all of them (an EMA over ~`span` request-steps,
     pooled as AdaptiveK pools one request's): what a new request (no acceptance of its own yet) prices a step of
     several requests at, instead of α = 1 (AdaptiveK.shared_alpha). None until `least` request-steps have fed it
-    (one step's few drafts are not an estimate), and again once `span` new requests in a row waited on it (their
-    drafter is then tested again at α = 1, so a drafter priced off under load is not off for good: its requests'
-    acceptance may have changed). Only greedy and unseeded requests read and feed it: their K may follow what else
-    runs; a seeded sampled request's must not (Request.follows_batch)."""
+    (one step's few drafts are not an estimate), and again once `patience` new requests in a row waited on it
+    (their drafter is then tested again at α = 1, so a drafter priced off under load is not off for good: its
+    requests' acceptance may have changed; 16x the span, as a request's own plain stretch is at most 16x its
+    history: at 64, the demo pair's closed loop of 16 clients forgot it every 64 requests and ran as without it).
+    Only greedy and unseeded requests read and feed it: their K may follow what else runs; a seeded sampled
+    request's must not (Request.follows_batch)."""
 
-    def __init__(self, span: int = 64, least: int = 8):
-        self.weight, self.least, self.span = 2.0 / (span + 1), least, span
+    def __init__(self, span: int = 64, least: int = 8, patience: int = 1024):
+        self.weight, self.least, self.patience = 2.0 / (span + 1), least, patience
         self.acc = self.trials = 0.0
         self.count = 0
         self.waited = 0  # new requests that waited on it since it was last fed
 
     @property
     def alpha(self) -> float | None:
-        return self.acc / self.trials if self.count >= self.least and self.waited < self.span else None
+        return self.acc / self.trials if self.count >= self.least and self.waited < self.patience else None
 
     def add(self, accepted: int, trials: int) -> None:
         """One request-step's accepted drafts and drafts tested (trials >= 1): the mean of the first ones, then the

@@ -111,6 +111,10 @@ class SharedAcceptance:
     def alpha(self) -> float | None:
         return self.acc / self.trials if self.count >= self.least and self.waited < self.patience else None
 
+    def wait(self) -> None:
+        """One more new request waited on it (priced off at its batch): see `patience`."""
+        self.waited += 1
+
     def add(self, accepted: int, trials: int) -> None:
         """One request-step's accepted drafts and drafts tested (trials >= 1): the mean of the first ones, then the
         EMA (each first step would otherwise weigh as much as the span)."""
@@ -227,9 +231,9 @@ class AdaptiveK:
             budget, gain = self.best(batch)
             if gain > 1.0:
                 return budget
-            if not self.waited:
+            if not self.waited:  # counted once a request
                 self.waited = True
-                self.shared.waited += 1
+                self.shared.wait()
             return 0
         if not self.could_pay(batch):  # nothing to learn at this batch: no probe, no test (they wait for a smaller one)
             return 0

@@ -274,10 +274,11 @@ def test_no_probe_or_test_at_a_batch_where_nothing_could_pay():
     assert a.next_k(1) == a.k_min == 1
 
 
-def chooser(price: Price, alpha: float | None, **kw) -> Request:
-    """A greedy adaptive request with an acceptance estimate of `alpha` (None: none yet) on a full history."""
+def chooser(price: Price, alpha: float | None = None, shared: SharedAcceptance | None = None, **kw) -> Request:
+    """An adaptive request (greedy unless `kw` sets sampling) with an acceptance estimate of `alpha` (None: none
+    yet) on a full history, and its drafter's `shared` acceptance."""
     r = Request([1, 2], SamplingParams(max_new_tokens=64, **kw), lambda ev: None, frozenset(), 4, AdaptiveConfig(),
-                CHAIN[:4], price)
+                CHAIN[:4], price, shared=shared)
     if alpha is not None:
         r.adaptive.alpha, r.adaptive.steps = alpha, r.adaptive.history
     return r
@@ -360,14 +361,10 @@ def test_only_greedy_and_unseeded_requests_share_their_drafters_acceptance():
     """A seeded sampled request's K must not depend on what else runs: it neither reads nor feeds it."""
     price = Price(CostTable({1: 1.0, 64: 1.0}).verify_seconds, 0.1)
     shared = shared_at([(0, 1), (0, 1)])
-
-    def request(**kw) -> Request:
-        return Request([1, 2], SamplingParams(max_new_tokens=64, **kw), lambda ev: None, frozenset(), 4,
-                       AdaptiveConfig(), CHAIN[:4], price, shared=shared)
-
-    assert request().adaptive.shared is shared and request(temperature=1.0).adaptive.shared is shared
-    seeded = request(temperature=1.0, seed=3)
-    assert seeded.adaptive.shared is None and request(num_draft_tokens=2).adaptive.shared is None
+    assert chooser(price, shared=shared).adaptive.shared is shared
+    assert chooser(price, shared=shared, temperature=1.0).adaptive.shared is shared
+    seeded = chooser(price, shared=shared, temperature=1.0, seed=3)
+    assert seeded.adaptive.shared is None and chooser(price, shared=shared, num_draft_tokens=2).adaptive.shared is None
     seeded.last_k = 4
     seeded.learn(4, 4)
     assert shared.count == 2
@@ -450,12 +447,7 @@ def test_seeded_sampled_outputs_do_not_depend_on_the_load(fam):
 
 def test_a_request_prices_its_k_at_the_batch_unless_seeded_and_sampled():
     price = Price(CostTable({1: 1.0, 5: 1.05, 6: 3.0, 64: 40.0}).verify_seconds, 0.01)
-
-    def request(**kw) -> Request:
-        return Request([1, 2], SamplingParams(max_new_tokens=64, **kw), lambda ev: None, frozenset(), 4,
-                       AdaptiveConfig(), CHAIN[:4], price)
-
-    assert request().choose_k(cap=4, batch=1) == 4
-    assert request().choose_k(cap=4, batch=4) == 0  # 4 requests x 2 rows already cost 3x a decode step
-    assert request(temperature=1.0).choose_k(cap=4, batch=4) == 0  # unseeded: its output may follow the load
-    assert request(temperature=1.0, seed=1).choose_k(cap=1, batch=4) == 4  # seeded: priced at 1, never capped
+    assert chooser(price).choose_k(cap=4, batch=1) == 4
+    assert chooser(price).choose_k(cap=4, batch=4) == 0  # 4 requests x 2 rows already cost 3x a decode step
+    assert chooser(price, temperature=1.0).choose_k(cap=4, batch=4) == 0  # unseeded: its output may follow the load
+    assert chooser(price, temperature=1.0, seed=1).choose_k(cap=1, batch=4) == 4  # seeded: priced at 1, never capped

@@ -210,8 +210,9 @@ class AdaptiveK:
         """The acceptance a step of several requests prices this request's draft at: α̂, the drafter's shared
         acceptance while the request has no estimate of its own, or 1 while it explores without one (no estimate
         yet, a low first estimate still being tested, a probe)."""
-        if self.shared_alpha is not None:
-            return self.shared_alpha
+        shared = self.shared_alpha
+        if shared is not None:
+            return shared
         return 1.0 if self.alpha is None or self.probing or self.steps < self.history else self.alpha
 
     def depth_of(self, budget: int) -> int:

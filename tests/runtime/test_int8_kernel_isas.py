@@ -148,3 +148,24 @@ def test_activations_round_half_to_even_in_the_vector_lanes_and_the_tail(isa, ke
     want = torch.round(x)  # half to even
     assert torch.equal(y, want)
     assert (want != torch.floor(x + 0.5)).any()  # (ties to even differ from ties up here: the test can tell)
+
+
+@pytest.mark.skipif(fused.compiler() is None, reason="no C++ compiler here")
+@pytest.mark.parametrize("isa", ["native", *ISAS])
+def test_the_int8_kernels_largest_sums_stay_exact(isa):
+    """The int8 kernel sums a row's products in int32 lanes, pairs or fours of lanes still in int32, then in int64
+    (kernels/int8_mm.h): the largest products (|q| = 128, |xq| = 32767) over whole chunks of columns and more must
+    come out exact, of either sign, for every row count of a block, and each row as it would alone."""
+    if isa == "native" and not fused.available():
+        pytest.skip("the fused kernel is not built here")
+    mm = torch.ops.trtspec.int8_mm if isa == "native" else _op(isa)
+    K = 4200  # two chunks of 2048 columns and a tail
+    q = torch.full((9, K), -128, dtype=torch.int8)  # [9, K]: tiles of 4 (AVX-512) and 2 (AVX2), and a last row
+    q[4::2] = 127
+    s = torch.ones(9)
+    x = torch.ones(7, K)  # [7, K]: every activation rounds to +-32767
+    x[1::2] = -1
+    y = mm(x, q, s)
+    assert torch.equal(y, int8_mm_reference(x, q, s))
+    assert abs(y[0, 0] / (-128 * K) - 1) < 1e-6  # (a sum of -128 * 32767 * K, beyond int32: a wrap would show)
+    assert all(torch.equal(mm(x[:n], q, s), y[:n]) for n in range(1, 7))

@@ -69,6 +69,9 @@ def test_status_lists_models_revisions_and_spec_decode_metrics(e2e):
     gen = out["metrics"][d.spec.name]  # spec_dec_* carry the deployment's name; nv_inference_* Triton's model names
     assert gen["method"] == "eagle" and gen["requests"] >= 1 and gen["generated_tokens"] >= 8
     assert 0 < gen["acceptance_rate"] <= 1 and gen["per_position_acceptance"]
+    under = gen["under_load"]  # per drafter: a single-drafter spec's is its method
+    assert set(under) == {"eagle"} and under["eagle"]["priced_off_requests"] >= 0
+    assert under["eagle"]["shared_acceptance"] is None or 0 <= under["eagle"]["shared_acceptance"] <= 1
     assert out["metrics"][d.ensemble]["inferences"] >= 1
     # without the admin key the index is closed: only the spec's own ensemble is asked, through the open API
     closed = json.loads(_invoke("status", "-c", d.spec.source, "--url", e2e.server.http_url, "--json"))

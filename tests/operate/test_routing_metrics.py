@@ -89,3 +89,44 @@ def test_the_cost_table_is_exported_as_gauges_and_read_back_by_status():
     assert spec_metrics(samples)["demo-routed"]["costs"] == {"verify": {1: 0.01, 2: 0.0125, 5: 0.02},
                                                              "draft": {"prose": 0.004, "code": 0.0001},
                                                              "draft_by_batch": {"prose": {2: 0.005, 4: 0.006}}}
+
+
+def test_each_drafters_shared_acceptance_is_exported_and_shown_by_status(capsys):
+    """spec_dec_shared_acceptance{drafter} (NaN until known) and spec_dec_priced_off_requests_total{drafter},
+    read from the engine's SharedAcceptance after each step, come back through `trtspec status`'s parser (None
+    until known) and its table: why a drafter drafts nothing under load."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.test_request_properties import _load_model
+    from trtspec.cli.status import _print
+    from trtspec.runtime.adaptive import SharedAcceptance
+    from trtspec.serve.control import spec_metrics
+
+    module = _load_model("tensorrt_llm.py")
+    module.pb_utils.MetricFamily = _Family
+    _Family.made = []
+    shared = {"prose": SharedAcceptance(least=2), "code": SharedAcceptance(least=2)}
+    metrics = module.Metrics("demo-routed", "routed", 4, ["prose", "code"], None, shared)
+
+    def read() -> dict:
+        metrics.observe(SpecDecodingStats([4], [4], [3], [4], 0.01, 0.02, [1]))
+        text = "\n".join(f.text() for f in _Family.made) + "\n"
+        return spec_metrics([(s.name, dict(s.labels), float(s.value))
+                             for f in text_string_to_metric_families(text) for s in f.samples])["demo-routed"]
+
+    assert read()["under_load"] == {"code": {"shared_acceptance": None, "priced_off_requests": 0},
+                                    "prose": {"shared_acceptance": None, "priced_off_requests": 0}}
+    shared["prose"].add(3, 4)
+    shared["prose"].add(1, 4)  # known after `least` request-steps: 4 accepted of 8 tested
+    shared["code"].wait()
+    shared["code"].wait()
+    assert read()["under_load"] == {"code": {"shared_acceptance": None, "priced_off_requests": 2},
+                                    "prose": {"shared_acceptance": 0.5, "priced_off_requests": 0}}
+    shared["code"].wait()
+    row = read()
+    assert row["under_load"]["code"]["priced_off_requests"] == 3  # a counter: each wait once
+    _print({"url": "localhost:8000", "live": True, "ready": True, "index": "index", "models": {},
+            "metrics": {"demo-routed": row}})
+    shown = capsys.readouterr().out
+    assert "shared acceptance" in shown and "0.50" in shown
+    assert any("code" in line and line.rstrip(" │").endswith("3") for line in shown.splitlines())

@@ -22,8 +22,9 @@ def status(config, url, metrics_url, admin_key, as_json) -> None:
     """Show what a Triton server runs: live/ready, every model's version, state, readiness and deploy
     revision, and per generation model its requests, acceptance, tokens/step and per-position acceptance
     (from its Prometheus metrics; a routed deployment also per drafter) and the cost table its adaptive K
-    prices with (spec_dec_verify_cost_seconds by rows, spec_dec_draft_cost_seconds by drafter), plus Triton's
-    inference and queue counters.
+    prices with (spec_dec_verify_cost_seconds by rows, spec_dec_draft_cost_seconds by drafter) and, per
+    drafter, the acceptance it prices new requests at under load and how many it priced off there
+    (spec_dec_shared_acceptance, spec_dec_priced_off_requests_total), plus Triton's inference and queue counters.
 
     The model list comes from the repository index, which needs the admin key (--admin-key, or the key
     `trtspec serve` recorded); without it only the spec's models are shown.
@@ -101,6 +102,16 @@ def _print(out) -> None:
         for name, m in sorted(metrics.items()):
             if m.get("costs"):
                 console.print(cost_table(m["costs"], f"{name}: cost table (adaptive K)"))
+        load = Table(title="under load (adaptive K prices a new request in a step of several at its drafter's "
+                           "shared acceptance)")
+        for col in ("model", "drafter", "shared acceptance", "new requests priced off"):
+            load.add_column(col, justify="right")
+        for name, m in sorted(metrics.items()):
+            for drafter, d in (m.get("under_load") or {}).items():
+                alpha = d["shared_acceptance"]
+                load.add_row(name, drafter, "-" if alpha is None else f"{alpha:.2f}", str(d["priced_off_requests"]))
+        if load.row_count:
+            console.print(load)
     elif out.get("metrics_error"):
         console.print(f"metrics: {out['metrics_error']}")
 

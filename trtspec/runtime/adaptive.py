@@ -106,6 +106,7 @@ class SharedAcceptance:
         self.acc = self.trials = 0.0
         self.count = 0
         self.waited = 0  # new requests that waited on it since it was last fed
+        self.priced_off = 0  # new requests that waited on it in all (an operator's count: the served metrics)
 
     @property
     def alpha(self) -> float | None:
@@ -114,6 +115,7 @@ class SharedAcceptance:
     def wait(self) -> None:
         """One more new request waited on it (priced off at its batch): see `patience`."""
         self.waited += 1
+        self.priced_off += 1
 
     def add(self, accepted: int, trials: int) -> None:
         """One request-step's accepted drafts and drafts tested (trials >= 1): the mean of the first ones, then the

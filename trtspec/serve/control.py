@@ -13,6 +13,7 @@ connection's): each caller words them for its own step.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -169,12 +170,18 @@ def scrape(metrics_url: str, timeout: float = 10.0) -> list[tuple[str, dict[str,
             for s in fam.samples]
 
 
+UNDER_LOAD = {"spec_dec_shared_acceptance": "shared_acceptance",  # sample name -> key of "under_load"
+              "spec_dec_priced_off_requests_total": "priced_off_requests"}
+
+
 def spec_metrics(samples: list[tuple[str, dict[str, str], float]]) -> dict[str, dict[str, Any]]:
     """At a glance, per label `model`: for a generation model's spec_dec_* families (labelled with the
     deployment's name and method) requests, tokens, acceptance, tokens per step and per-position acceptance
-    (definitions as trtspec.runtime.stats) and its cost table ("costs": verify seconds by rows, draft seconds
-    by drafter, and by drafter and batch size where measured); for Triton's nv_inference_* families (labelled with
-    Triton's model names) inferences, failures and the average queue time."""
+    (definitions as trtspec.runtime.stats), its cost table ("costs": verify seconds by rows, draft seconds
+    by drafter, and by drafter and batch size where measured) and per drafter what prices it under load
+    ("under_load": its shared acceptance, None until known, and the new requests priced off at their batch); for
+    Triton's nv_inference_* families (labelled with Triton's model names) inferences, failures and the average
+    queue time."""
     raw: dict[str, dict[str, Any]] = {}
     for name, labels, value in samples:
         if name.startswith("nv_") and name.endswith("_total"):
@@ -192,6 +199,8 @@ def spec_metrics(samples: list[tuple[str, dict[str, str], float]]) -> dict[str, 
             m.setdefault("draft_cost", {})[labels["drafter"]] = value
         elif name == "spec_dec_draft_batch_cost_seconds" and "drafter" in labels and labels.get("batch", "").isdigit():
             m.setdefault("draft_batch_cost", {}).setdefault(labels["drafter"], {})[int(labels["batch"])] = value
+        elif name in UNDER_LOAD and "drafter" in labels:  # each drafter's shared acceptance (runtime/adaptive.py)
+            m.setdefault("under_load", {}).setdefault(labels["drafter"], {})[UNDER_LOAD[name]] = value
         elif name == "spec_dec_accepted_tokens_per_position_total" and labels.get("position", "").isdigit():
             m["per_position"][int(labels["position"])] = m["per_position"].get(int(labels["position"]), 0.0) + value
         elif name.startswith(("spec_dec_", "nv_inference_")):
@@ -220,6 +229,11 @@ def spec_metrics(samples: list[tuple[str, dict[str, str], float]]) -> dict[str, 
             if m.get("draft_batch_cost"):
                 row["costs"]["draft_by_batch"] = {d: dict(sorted(by.items()))
                                                   for d, by in m["draft_batch_cost"].items()}
+        if m.get("under_load"):
+            row["under_load"] = {d: {"shared_acceptance": None if math.isnan(v.get("shared_acceptance", math.nan))
+                                     else v["shared_acceptance"],
+                                     "priced_off_requests": int(v.get("priced_off_requests", 0.0))}
+                                 for d, v in sorted(m["under_load"].items())}
         if "nv_inference_request_success" in m:
             ok = m["nv_inference_request_success"]
             row |= {"inferences": int(ok), "inference_failures": int(m.get("nv_inference_request_failure", 0.0)),

@@ -86,14 +86,21 @@ COST_FAMILIES = (  # the engine's cost table (runtime/costs.py), set once at loa
 )
 DRAFT_BATCH_COST = ("spec_dec_draft_batch_cost_seconds", "Seconds of one draft step of this many requests together "
                     "(label batch; measured at load, or injected)")
+SHARED_FAMILIES = (  # per drafter (runtime/adaptive.py's SharedAcceptance), after each step
+    ("spec_dec_shared_acceptance", GAUGE, "The drafter's per-token acceptance pooled over its recent greedy and "
+     "unseeded requests: what adaptive K prices a new request at in a step of several (NaN until known)"),
+    ("spec_dec_priced_off_requests_total", COUNTER, "New requests that drafted nothing in a step of several "
+     "because the drafter's shared acceptance does not pay at that batch"),
+)
 
 
 class Metrics:
     """The spec_dec_* Prometheus families of one model instance, fed by the engine's per-step
     SpecDecodingStats (`observe`, an engine.on_step observer) and by the request lifecycle; the cost table
-    (`costs`, a runtime.costs.CostTable) as gauges set once."""
+    (`costs`, a runtime.costs.CostTable) as gauges set once; each drafter's shared acceptance (`shared`: drafter
+    name -> runtime.adaptive.SharedAcceptance, the engine's own) read after each step."""
 
-    def __init__(self, model, method, positions, drafters=(), costs=None):
+    def __init__(self, model, method, positions, drafters=(), costs=None, shared=None):
         labels = {"model": model, "method": method}
         self.families = []  # a Metric works only while its MetricFamily is alive
         for attribute, name, kind, description in FAMILIES:
@@ -131,6 +138,14 @@ class Metrics:
                     for batch, seconds in points.items():
                         family.Metric(labels={**labels, drafter_label: drafter, "batch": str(batch)}).set(
                             float(seconds))
+        self.shared = []  # (SharedAcceptance, its gauge, its counter, the count already exported)
+        made = [pb_utils.MetricFamily(name=name, description=doc, kind=getattr(pb_utils.MetricFamily, kind))
+                for name, kind, doc in SHARED_FAMILIES] if shared else []
+        self.families += made
+        for drafter, acceptance in (shared or {}).items():
+            gauge, counter = (f.Metric(labels={**labels, "drafter": drafter}) for f in made)
+            gauge.set(float("nan"))
+            self.shared.append([acceptance, gauge, counter, 0])
 
     def observe(self, step):
         """One engine step (called on the engine's thread before the step's responses are sent)."""
@@ -161,6 +176,13 @@ class Metrics:
                 for attribute, value in row.items():
                     if value:
                         metrics[attribute].increment(value)
+        for entry in self.shared:
+            acceptance, gauge, counter, exported = entry
+            alpha = acceptance.alpha
+            gauge.set(float("nan") if alpha is None else alpha)
+            if acceptance.priced_off > exported:
+                counter.increment(acceptance.priced_off - exported)
+                entry[3] = acceptance.priced_off
 
 
 class Stream:
@@ -290,8 +312,9 @@ class TritonPythonModel:
         self.tokenizer = self.engine.tokenizer
         self.boundary = detok.boundary_tokens(self.tokenizer)
         self.limits = spec.limits
+        drafters = (self.engine.drafter_names or [self.engine.method]) if self.engine.k_max > 0 else []
         self.metrics = Metrics(spec.name, spec.method, self.engine.plan.max_depth, self.engine.drafter_names,
-                               self.engine.costs)
+                               self.engine.costs, dict(zip(drafters, self.engine.shared)))
         self.engine.on_step.append(self.metrics.observe)
         serving.watch_server(on_drain=self.drain)  # exit with the server; drain when it stops
 

@@ -75,9 +75,10 @@ inline int64_t hsum(vec v) {  // the lanes widened to int64 and summed
 // at SmolLM2-135M's K = 576 (18 vectors a row) a fifth of a tile's. Its matmuls streamed, side by side in one
 // process (AMD EPYC Zen 4, 2 threads): 5 / 9 / 16 rows in 0.92-0.96 / 0.90-0.92 / 0.87-0.91x the time.
 inline void hsum4(vec a, vec b, vec c, vec d, int64_t* out) {
-  const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));  // a0+a2 b0+b2 a1+a3 b1+b3
+  // per 128-bit block: a0+a2 b0+b2 a1+a3 b1+b3, then c d alike, then the four sums of four lanes a b c d
+  const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
   const __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
-  const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));  // a b c d a b c d..
+  const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
   const __m512i h = _mm512_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(u)),
                                      _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(u, 1)));
   const __m256i s = _mm256_add_epi64(_mm512_castsi512_si256(h), _mm512_extracti64x4_epi64(h, 1));
@@ -108,7 +109,8 @@ inline int64_t hsum(vec v) {
 // out[0..1] += hsum(a), hsum(b) in one pass over the two: each sum of two lanes of one vector stays in int32 (a
 // lane holds at most CHUNK / 8 products of |q| <= 128 and |xq| <= 32767, so two at most 2^16 * 32767 < 2^31)
 inline void hsum2(vec a, vec b, int64_t* out) {
-  const __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));  // a0+a2 b0+b2 a1+a3 b1+b3
+  // per 128-bit block: a0+a2 b0+b2 a1+a3 b1+b3
+  const __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
   const __m256i h = _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(ab)),
                                      _mm256_cvtepi32_epi64(_mm256_extracti128_si256(ab, 1)));
   const __m128i s = _mm_add_epi64(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));

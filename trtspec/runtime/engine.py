@@ -85,12 +85,11 @@ class SpecEngine:
         self.on_step: list[Callable[[SpecDecodingStats], None]] = []  # called on the stepping thread, per step
         self.scheduler = Scheduler(max_batch_size, self)
         # what a step costs here (costs.py): injected (the argument, else TRTSPEC_COST_TABLE), else measured now
-        drafters = (self.drafter_names or [self.method]) if self.k_max > 0 else []
         self.prices = [Price(lambda n: 1.0)] * len(self.plans)  # (calibration's requests run at a fixed K)
-        self.costs = costs or cost_table.from_env() or cost_table.calibrate(self, drafters)
+        self.costs = costs or cost_table.from_env() or cost_table.calibrate(self, self.drafters)
         self.prices = [Price(self.costs.verify_seconds, functools.partial(self.costs.draft_seconds, d), p.fixed_rows,
                              p.width, self.costs.catch_up_seconds(d))
-                       for d, p in zip(drafters or [self.method], self.plans)]
+                       for d, p in zip(self.drafters or [self.method], self.plans)]
 
     @classmethod
     def from_spec(cls, spec, proposer: Proposer, tokenizer=None, *, num_draft_tokens: int | None = None,
@@ -205,6 +204,12 @@ class SpecEngine:
         as soon as nothing runs; without, requests admitted upstream may still arrive, so it keeps to the
         deadline. `on_idle` is called the first time nothing runs. True if nothing had to be cut."""
         return self.scheduler.drain(deadline, refuse_new, on_idle, poll)
+
+    @property
+    def drafters(self) -> list[str]:
+        """Each drafter's name, as the cost table and the served metrics label it (one per plan, in order): a
+        routed spec's drafters, else the method's name; none where nothing drafts (K = 0)."""
+        return (self.drafter_names or [self.method]) if self.k_max > 0 else []
 
     @property
     def num_active(self) -> int:

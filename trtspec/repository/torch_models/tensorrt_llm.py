@@ -312,9 +312,8 @@ class TritonPythonModel:
         self.tokenizer = self.engine.tokenizer
         self.boundary = detok.boundary_tokens(self.tokenizer)
         self.limits = spec.limits
-        drafters = (self.engine.drafter_names or [self.engine.method]) if self.engine.k_max > 0 else []
         self.metrics = Metrics(spec.name, spec.method, self.engine.plan.max_depth, self.engine.drafter_names,
-                               self.engine.costs, dict(zip(drafters, self.engine.shared)))
+                               self.engine.costs, dict(zip(self.engine.drafters, self.engine.shared)))
         self.engine.on_step.append(self.metrics.observe)
         serving.watch_server(on_drain=self.drain)  # exit with the server; drain when it stops
 
